@@ -1,0 +1,183 @@
+"""Wiring: config in force, services, the socket server, signals, readiness, hot reload."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import watchfiles
+
+from memd import __version__
+from memd.api import build_registry
+from memd.config import Config, ConfigError, load_config
+from memd.layout import ClientLayout
+from memd.notify import SystemdNotifier
+from memd.rpc import RpcServer
+
+log = structlog.get_logger()
+
+# Keys that name where memd lives; changing them under a running daemon would strand
+# the socket or the data, so such an edit is refused until a restart.
+RESTART_KEYS = ("memory_dir", "socket")
+
+
+class Daemon:
+    """One running memd: holds the config in force and the services built from it."""
+
+    def __init__(self, config_path: Path, config: Config,
+                 notifier: SystemdNotifier | None = None) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.notifier = notifier or SystemdNotifier()
+        self.started_at = time.time()
+        self.config_error: str | None = None
+        self.server: RpcServer | None = None
+        self._stop = asyncio.Event()
+        self._signals = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SIGINT/SIGTERM; returns the process exit code."""
+        self._install_signal_handlers()
+        await self.apply_config(None, self.config)
+        self.server = RpcServer(self.config.socket, build_registry(self))
+        await self.server.start()
+        log.info("memd.ready", socket=str(self.config.socket), version=__version__,
+                 clients=len(self.config.enabled_clients()))
+        self.notifier.ready(self.status_line())
+        self._spawn(self._watch_config(), "config-watch")
+        if self.notifier.watchdog_interval:
+            self._spawn(self._watchdog(self.notifier.watchdog_interval), "watchdog")
+        await self._stop.wait()
+        await self.shutdown()
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def shutdown(self) -> None:
+        log.info("memd.stopping")
+        self.notifier.stopping()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            await self.server.close()
+        log.info("memd.stopped")
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(_logged(coro, name), name=name))
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """Only set a flag; a second SIGINT means the user wants out now."""
+        self._signals += 1
+        if self._signals > 1 and sig == signal.SIGINT:
+            log.warning("memd.forced_exit")
+            os._exit(130)
+        log.info("memd.signal", signal=sig.name)
+        self._stop.set()
+
+    # --- config ---------------------------------------------------------------------
+
+    async def apply_config(self, old: Config | None, new: Config) -> None:
+        """Bring per-client folders and services in line with `new`."""
+        for client_id in new.enabled_clients():
+            ClientLayout(new.memory_dir, client_id).ensure()
+        self.config = new
+
+    async def reload(self) -> bool:
+        """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""
+        try:
+            new = load_config(self.config_path)
+            for key in RESTART_KEYS:
+                if getattr(new, key) != getattr(self.config, key):
+                    raise ConfigError(f"{self.config_path}: {key}: changing it needs a restart "
+                                      "of memd; the running daemon keeps the old value")
+        except ConfigError as exc:
+            self.config_error = str(exc)
+            log.error("config.rejected", error=str(exc))
+            self.notifier.status(f"config error: {exc}")
+            return False
+        if new == self.config:
+            self.config_error = None
+            return False
+        old = self.config
+        await self.apply_config(old, new)
+        self.config_error = None
+        log.info("config.applied", path=str(self.config_path),
+                 clients=sorted(new.enabled_clients()))
+        self.notifier.status(self.status_line())
+        return True
+
+    async def _watch_config(self) -> None:
+        """Watch the config's folder, not the file: editors save by renaming."""
+        folder = self.config_path.parent
+        if not folder.is_dir():
+            log.warning("config.not_watched", reason="folder does not exist", path=str(folder))
+            return
+        name = self.config_path.name
+
+        def is_config(change: watchfiles.Change, path: str) -> bool:
+            return Path(path).name == name
+
+        async for _ in watchfiles.awatch(folder, watch_filter=is_config, debounce=200,
+                                         stop_event=self._stop, recursive=False):
+            await self.reload()
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    # --- status ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "config_path": str(self.config_path),
+            "config_loaded": cfg.source is not None,
+            "config_error": self.config_error,
+            "socket": str(cfg.socket),
+            "memory_dir": str(cfg.memory_dir),
+            "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
+        }
+
+    def client_status(self, client_id: str) -> dict[str, Any]:
+        client = self.config.clients[client_id]
+        return {"mode": client.mode, "memory_enabled": client.memory_enabled,
+                "memory_on": client.memory_on}
+
+    def status_line(self) -> str:
+        n = len(self.config.enabled_clients())
+        return f"serving {n} client{'s' if n != 1 else ''} on {self.config.socket}"
+
+
+async def _logged(coro: Awaitable[None], name: str) -> None:
+    """Background tasks must not die silently."""
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("task.crashed", task=name)
+
+
+def run_daemon(config_path: Path, config: Config) -> int:
+    """Entry point for `memd run`."""
+    return asyncio.run(Daemon(config_path, config).run())

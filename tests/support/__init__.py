@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite: a real memd daemon in a subprocess."""

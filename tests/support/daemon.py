@@ -1,0 +1,105 @@
+"""Start a real `memd run` in a subprocess, talk to it over its real socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from memd.client import ClientError, MemdClient
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_config(path: Path, data: dict[str, Any]) -> Path:
+    """Write a config atomically, as an editor that saves by renaming would."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def base_config(tmp: Path, **extra: Any) -> dict[str, Any]:
+    """A config whose every path is inside the test's folder."""
+    data: dict[str, Any] = {
+        "memory_dir": str(tmp / "memory"),
+        "socket": str(tmp / "run" / "memd.sock"),
+    }
+    data.update(extra)
+    return data
+
+
+class DaemonProcess:
+    """One `memd run --config PATH` child; `stop()` always reaps it."""
+
+    def __init__(self, config_path: Path, env: dict[str, str] | None = None) -> None:
+        self.config_path = config_path
+        self.env = {**os.environ, "HOME": str(config_path.parent / "home"), **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = config_path.parent / "memd.log"
+
+    @property
+    def socket(self) -> Path:
+        from memd.config import socket_for
+
+        return socket_for(self.config_path)[0]
+
+    def start(self, wait: bool = True, timeout: float = 60.0) -> DaemonProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memd.cli", "run", "--config", str(self.config_path)],
+            stdout=log, stderr=log, env=self.env, cwd=str(REPO), start_new_session=True,
+        )
+        log.close()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"memd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with MemdClient(self.socket, timeout=5) as client:
+                    client.call("daemon.status")
+                return
+            except ClientError:
+                time.sleep(0.05)
+        raise TimeoutError(f"memd did not become ready:\n{self.log()}")
+
+    def client(self, timeout: float = 30.0) -> MemdClient:
+        client = MemdClient(self.socket, timeout=timeout)
+        client.connect()
+        return client
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        with self.client() as client:
+            return client.call(method, params)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except FileNotFoundError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+            raise

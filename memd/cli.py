@@ -86,7 +86,7 @@ def _call(args: argparse.Namespace, method: str, params: dict[str, Any] | None =
 def cmd_run(args: argparse.Namespace) -> int:
     from memd.daemon import run_daemon
     from memd.logs import configure_logging
-    from memd.rpc import SocketSetupError
+    from memd.rpcserver import SocketSetupError
 
     configure_logging(args.log_level)
     path, config = _config(args)

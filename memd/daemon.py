@@ -18,7 +18,7 @@ from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.layout import ClientLayout
 from memd.notify import SystemdNotifier
-from memd.rpc import RpcServer
+from memd.rpcserver import RpcServer
 
 log = structlog.get_logger()
 

@@ -163,3 +163,25 @@ def test_path_prints_memory_folder(config_file, tmp_path) -> None:
     out = memd_cli("path", "gw", "--config", str(path))
     assert out.stdout.strip() == str(tmp_path / "memory" / "gw")
     assert memd_cli("path", "../x", "--config", str(path)).returncode == 2
+
+
+def test_tells_systemd_ready_status_and_watchdog(config_file, daemon_factory, tmp_path) -> None:
+    import socket as socketlib
+
+    addr = tmp_path / "notify.sock"
+    listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_DGRAM)
+    listener.bind(str(addr))
+    listener.settimeout(20)
+    try:
+        memd = daemon_factory(config_file(clients=CLIENTS),
+                              env={"NOTIFY_SOCKET": str(addr), "WATCHDOG_USEC": "400000"})
+        messages: list[str] = []
+        while not any("WATCHDOG=1" in m for m in messages):
+            messages.append(listener.recv(4096).decode())
+        ready = next(m for m in messages if "READY=1" in m)
+        assert "STATUS=serving 2 clients" in ready
+        memd.stop()
+        while "STOPPING=1" not in messages[-1]:
+            messages.append(listener.recv(4096).decode())
+    finally:
+        listener.close()

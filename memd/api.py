@@ -29,4 +29,38 @@ def build_registry(app: Daemon) -> Registry:
         Params(params).done()
         return {"clients": client_rows(app.config)}
 
+    @registry.method("memory.record_exchange")
+    async def record_exchange(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            conversation_id = p.require("conversation_id", str)
+            user = p.require("user", str)
+            assistant = p.require("assistant", str)
+            timestamp = p.optional("timestamp", str)
+        sessions = (await app.runtime.client(client_id)).sessions
+        return await sessions.record_exchange(conversation_id, user, assistant, timestamp)
+
+    @registry.method("memory.record_chat")
+    async def record_chat(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            messages = p.require("messages", list)
+            response = p.require("response", dict)
+            timestamp = p.optional("timestamp", str)
+        sessions = (await app.runtime.client(client_id)).sessions
+        return await sessions.record_chat(messages, response, timestamp)
+
+    @registry.method("sessions.list")
+    async def sessions_list(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+        return {"sessions": await (await app.runtime.client(client_id)).sessions.list_sessions()}
+
+    @registry.method("sessions.close")
+    async def sessions_close(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+        ended = await (await app.runtime.client(client_id)).sessions.close_active()
+        return {"closed": ended is not None, "session": ended}
+
     return registry

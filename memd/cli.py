@@ -18,6 +18,10 @@ from memd.config import Config, ConfigError, load_config, resolve_config_path, s
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
+class UsageError(Exception):
+    """Arguments that parse but make no sense together."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH",
@@ -42,6 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
     clients.add_argument("--json", action="store_true", help="print the raw JSON")
     clients.set_defaults(func=cmd_clients)
 
+    record = sub.add_parser(
+        "record", parents=[common],
+        help="record an exchange (mcp_via_llm) or a chat call (both) for a client",
+        description="Record one user/assistant exchange with --conversation/--user/"
+                    "--assistant, or one OpenAI chat call with --chat FILE (a JSON object "
+                    "with 'messages' and 'response'; '-' reads stdin).")
+    record.add_argument("client", help="a client id with memory enabled")
+    record.add_argument("--conversation", metavar="ID", help="MCP-via-LLM session id")
+    record.add_argument("--user", metavar="TEXT", help="the user's message")
+    record.add_argument("--assistant", metavar="TEXT", help="the assistant's reply")
+    record.add_argument("--chat", metavar="FILE", help="JSON file with messages and response")
+    record.add_argument("--timestamp", metavar="ISO", help="when it happened (for imports)")
+    record.add_argument("--json", action="store_true", help="print the raw JSON")
+    record.set_defaults(func=cmd_record)
+
+    sessions = sub.add_parser("sessions", parents=[common], help="list or end sessions")
+    ssub = sessions.add_subparsers(dest="action", metavar="ACTION", required=True)
+    slist = ssub.add_parser("list", parents=[common], help="a client's sessions")
+    slist.add_argument("client")
+    slist.add_argument("--json", action="store_true", help="print the raw JSON")
+    slist.set_defaults(func=cmd_sessions_list)
+    sclose = ssub.add_parser("close", parents=[common], help="end the active session now")
+    sclose.add_argument("client")
+    sclose.add_argument("--json", action="store_true", help="print the raw JSON")
+    sclose.set_defaults(func=cmd_sessions_close)
+
     path = sub.add_parser("path", parents=[common],
                           help="print the memory folder (or one client's)")
     path.add_argument("client", nargs="?", help="a client id")
@@ -61,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except ConfigError as exc:
         print(f"memd: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"memd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ClientError as exc:
         print(f"memd: {exc}", file=sys.stderr)
@@ -149,6 +182,65 @@ def cmd_clients(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [[c["client_id"], c["mode"], _memory_word(c)] for c in result["clients"]]
     print(_table(["CLIENT", "MODE", "MEMORY"], rows) if rows else "no clients configured")
+    return EXIT_OK
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    if args.chat:
+        if any((args.conversation, args.user, args.assistant)):
+            raise UsageError("use either --chat or --conversation/--user/--assistant")
+        body = _read_json(args.chat)
+        if not isinstance(body, dict) or set(body) - {"messages", "response"}:
+            raise UsageError("--chat needs a JSON object with 'messages' and 'response'")
+        params = {"client_id": args.client, **body}
+        method = "memory.record_chat"
+    else:
+        if not (args.conversation and args.user is not None and args.assistant is not None):
+            raise UsageError("give --conversation, --user and --assistant (or --chat FILE)")
+        params = {"client_id": args.client, "conversation_id": args.conversation,
+                  "user": args.user, "assistant": args.assistant}
+        method = "memory.record_exchange"
+    if args.timestamp:
+        params["timestamp"] = args.timestamp
+    result = _call(args, method, params)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"recorded in session {result['session_id']}, "
+              f"conversation {result['conversation']}")
+    return EXIT_OK
+
+
+def _read_json(source: str) -> Any:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        return json.loads(text)
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from exc
+
+
+def cmd_sessions_list(args: argparse.Namespace) -> int:
+    result = _call(args, "sessions.list", {"client_id": args.client})
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    rows = [[s["session_id"], s["state"], s["started"], s["last_activity"],
+             str(s["conversations"]), s["path"]] for s in result["sessions"]]
+    header = ["SESSION", "STATE", "STARTED", "LAST ACTIVITY", "CONVS", "PATH"]
+    print(_table(header, rows) if rows else "no sessions yet")
+    return EXIT_OK
+
+
+def cmd_sessions_close(args: argparse.Namespace) -> int:
+    result = _call(args, "sessions.close", {"client_id": args.client})
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["closed"]:
+        print(f"ended session {result['session']['session_id']}")
+    else:
+        print("no active session")
     return EXIT_OK
 
 

@@ -16,9 +16,9 @@ import watchfiles
 from memd import __version__
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
-from memd.layout import ClientLayout
 from memd.notify import SystemdNotifier
 from memd.rpcserver import RpcServer
+from memd.runtime import Runtime
 
 log = structlog.get_logger()
 
@@ -38,6 +38,7 @@ class Daemon:
         self.started_at = time.time()
         self.config_error: str | None = None
         self.server: RpcServer | None = None
+        self.runtime = Runtime(config)
         self._stop = asyncio.Event()
         self._signals = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -47,13 +48,23 @@ class Daemon:
     async def run(self) -> int:
         """Serve until SIGINT/SIGTERM; returns the process exit code."""
         self._install_signal_handlers()
-        await self.apply_config(None, self.config)
+        # Own the socket first: its lock is what keeps a second memd from opening the
+        # same session databases. Calls that arrive before the clients are open get a
+        # "starting" error rather than waiting.
         self.server = RpcServer(self.config.socket, build_registry(self))
         await self.server.start()
+        try:
+            await self.apply_config(self.config)
+        except BaseException:
+            await self.server.close()
+            await self.runtime.close()
+            raise
         log.info("memd.ready", socket=str(self.config.socket), version=__version__,
                  clients=len(self.config.enabled_clients()))
         self.notifier.ready(self.status_line())
         self._spawn(self._watch_config(), "config-watch")
+        self._spawn(self._poll_config(), "config-poll")
+        self._spawn(self.runtime.monitor(), "session-monitor")
         if self.notifier.watchdog_interval:
             self._spawn(self._watchdog(self.notifier.watchdog_interval), "watchdog")
         await self._stop.wait()
@@ -71,6 +82,7 @@ class Daemon:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.server is not None:
             await self.server.close()
+        await self.runtime.close()
         log.info("memd.stopped")
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
@@ -92,10 +104,9 @@ class Daemon:
 
     # --- config ---------------------------------------------------------------------
 
-    async def apply_config(self, old: Config | None, new: Config) -> None:
+    async def apply_config(self, new: Config) -> None:
         """Bring per-client folders and services in line with `new`."""
-        for client_id in new.enabled_clients():
-            ClientLayout(new.memory_dir, client_id).ensure()
+        await self.runtime.apply(new)
         self.config = new
 
     async def reload(self) -> bool:
@@ -114,8 +125,7 @@ class Daemon:
         if new == self.config:
             self.config_error = None
             return False
-        old = self.config
-        await self.apply_config(old, new)
+        await self.apply_config(new)
         self.config_error = None
         log.info("config.applied", path=str(self.config_path),
                  clients=sorted(new.enabled_clients()))
@@ -136,6 +146,17 @@ class Daemon:
         async for _ in watchfiles.awatch(folder, watch_filter=is_config, debounce=200,
                                          stop_event=self._stop, recursive=False):
             await self.reload()
+
+    async def _poll_config(self, interval: float = 2.0) -> None:
+        """A slow stat() check behind the watcher: catches an edit made before the
+        watcher was set up, or on a filesystem that sends no events."""
+        seen = _file_signature(self.config_path)
+        while True:
+            await asyncio.sleep(interval)
+            current = _file_signature(self.config_path)
+            if current != seen:
+                seen = current
+                await self.reload()
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -161,11 +182,19 @@ class Daemon:
     def client_status(self, client_id: str) -> dict[str, Any]:
         client = self.config.clients[client_id]
         return {"mode": client.mode, "memory_enabled": client.memory_enabled,
-                "memory_on": client.memory_on}
+                "memory_on": client.memory_on, **self.runtime.status(client_id)}
 
     def status_line(self) -> str:
         n = len(self.config.enabled_clients())
         return f"serving {n} client{'s' if n != 1 else ''} on {self.config.socket}"
+
+
+def _file_signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 async def _logged(coro: Awaitable[None], name: str) -> None:

@@ -1,0 +1,125 @@
+"""The per-client services in force, kept in step with the config (diff -> apply).
+
+One `ClientRuntime` per memory-enabled client bundles what memd runs for it. A config
+change is applied per client: added clients are opened, removed or disabled clients are
+closed (their state stays on disk), and changed limits are set on the live objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from memd.clients import memory_client
+from memd.config import Config
+from memd.errors import ClientDisabled
+from memd.layout import ClientLayout
+from memd.sessions import ClientSessions
+
+log = structlog.get_logger()
+
+
+@dataclass
+class ClientRuntime:
+    """Everything memd runs for one client."""
+
+    layout: ClientLayout
+    sessions: ClientSessions
+
+
+class Runtime:
+    """Live per-client services; the api reaches a client only through `client()`."""
+
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.clients: dict[str, ClientRuntime] = {}
+        self._lock = asyncio.Lock()
+        self._applied = asyncio.Event()  # set once the first config is in force
+
+    async def client(self, client_id: str) -> ClientRuntime:
+        """The client's services, or the error that says why memory is off for it.
+
+        A call that races a config apply (at start-up, or just after an edit enabled the
+        client) waits for the apply to finish instead of failing.
+        """
+        memory_client(self.config, client_id)
+        runtime = self.clients.get(client_id)
+        if runtime is None:
+            await self._applied.wait()
+            async with self._lock:
+                memory_client(self.config, client_id)
+                runtime = self.clients.get(client_id)
+        if runtime is None:
+            raise ClientDisabled(f"memory for client {client_id!r} could not be started",
+                                 kind="not_started")
+        return runtime
+
+    async def apply(self, new: Config) -> None:
+        """Open added clients, close removed ones, update limits on the rest."""
+        async with self._lock:
+            wanted = new.enabled_clients()
+            for client_id in sorted(set(self.clients) - set(wanted)):
+                runtime = self.clients.pop(client_id)
+                await runtime.sessions.close()
+                log.info("client.stopped", client=client_id)
+            self.config = new
+            for client_id in sorted(wanted):
+                runtime = self.clients.get(client_id)
+                if runtime is None:
+                    self.clients[client_id] = await self._open(new, client_id)
+                    log.info("client.started", client=client_id)
+                else:
+                    runtime.sessions.set_limits(new.session_inactivity_minutes,
+                                                new.max_session_minutes)
+            self._applied.set()
+
+    async def _open(self, config: Config, client_id: str) -> ClientRuntime:
+        layout = ClientLayout(config.memory_dir, client_id)
+        layout.ensure()
+        sessions = ClientSessions(
+            layout,
+            inactivity_minutes=config.session_inactivity_minutes,
+            max_minutes=config.max_session_minutes,
+            clock=self.clock,
+        )
+        await sessions.open()
+        return ClientRuntime(layout=layout, sessions=sessions)
+
+    async def monitor(self) -> None:
+        """End sessions on time; the interval is re-read each round so edits apply."""
+        while True:
+            await asyncio.sleep(self.config.monitor_interval_seconds)
+            await self.expire_all()
+
+    async def expire_all(self) -> list[dict[str, Any]]:
+        ended: list[dict[str, Any]] = []
+        for client_id, runtime in list(self.clients.items()):
+            try:
+                ended += await runtime.sessions.expire()
+            except Exception:
+                log.exception("monitor.failed", client=client_id)
+        for info in ended:
+            log.info("session.ended", client=info.get("client_id"),
+                     session=info.get("session_id"), reason=info.get("end_reason"))
+        return ended
+
+    def status(self, client_id: str) -> dict[str, Any]:
+        runtime = self.clients.get(client_id)
+        if runtime is None:
+            return {}
+        return {"active_session": runtime.sessions.active_session()}
+
+    async def close(self) -> None:
+        async with self._lock:
+            for client_id, runtime in list(self.clients.items()):
+                try:
+                    await runtime.sessions.close()
+                except Exception:
+                    log.exception("client.close_failed", client=client_id)
+            self.clients.clear()

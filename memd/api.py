@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memd import api_recall
 from memd.clients import client_rows
 from memd.rpc import JsonParams, Params, Registry
 
@@ -54,7 +55,7 @@ def build_registry(app: Daemon) -> Registry:
     async def sessions_list(params: JsonParams) -> dict[str, Any]:
         with Params(params) as p:
             client_id = p.require("client_id", str)
-        return {"sessions": await (await app.runtime.client(client_id)).sessions.list_sessions()}
+        return {"sessions": await app.runtime.list_sessions(client_id)}
 
     @registry.method("sessions.close")
     async def sessions_close(params: JsonParams) -> dict[str, Any]:
@@ -63,4 +64,12 @@ def build_registry(app: Daemon) -> Registry:
         ended = await (await app.runtime.client(client_id)).sessions.close_active()
         return {"closed": ended is not None, "session": ended}
 
+    @registry.method("sessions.recompact")
+    async def sessions_recompact(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            session_id = p.optional("session_id", str)
+        return {"results": await app.runtime.recompact(client_id, session_id)}
+
+    api_recall.register(registry, app)
     return registry

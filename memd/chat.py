@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memd.errors import InvalidParams
-from memd.transcript import Part, clean_text, label
+from memd.transcript import Part, clean_text, exchange_block, label, parts_block
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 PREAMBLE_ROLES = frozenset({"system", "developer"})
@@ -139,6 +139,43 @@ class PrefixIndex:
                 self._parents.add(parent)
             parent = h
         return rows
+
+
+def render(new: Sequence[Message], exchanges: int, when: datetime, note: str, *,
+           preamble: bool, join_open: bool) -> tuple[str, list[int], int]:
+    """Markdown for new messages, one `##` exchange per user turn.
+
+    `exchanges` is how many the conversation has so far. Returns the text, the exchange
+    number of each message (for the prefix index) and the new exchange count. A new
+    conversation's leading system/developer prompts go under its header (exchange 0).
+    With `join_open`, leading non-user messages (tool results, a continued reply) join
+    the exchange written last, so one turn stays in one chunk.
+    """
+    out: list[str] = []
+    numbers: list[int] = []
+    i = 0
+    while preamble and new[i].role in PREAMBLE_ROLES:  # the reply always ends it
+        out.append(parts_block(new[i].parts))
+        numbers.append(0)
+        i += 1
+    while join_open and i < len(new) and new[i].role != "user":
+        out.append(parts_block(new[i].parts))
+        numbers.append(exchanges)
+        i += 1
+    group: list[Part] = []
+    talked = False
+    for message in new[i:]:
+        if message.role == "user" and talked:
+            exchanges += 1
+            out.append(exchange_block(exchanges, when, group, note))
+            note, group, talked = "", [], False
+        talked = talked or message.role in ("user", "assistant")
+        group.extend(message.parts)
+        numbers.append(exchanges + 1)
+    if group:
+        exchanges += 1
+        out.append(exchange_block(exchanges, when, group, note))
+    return "".join(out), numbers, exchanges
 
 
 def preamble_length(messages: Sequence[Message]) -> int:

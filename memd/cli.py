@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memd import __version__
+from memd import __version__, recall_cli
 from memd.client import ClientError, MemdClient, RemoteError
 from memd.config import Config, ConfigError, load_config, resolve_config_path, socket_for
 
@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     sclose.add_argument("client")
     sclose.add_argument("--json", action="store_true", help="print the raw JSON")
     sclose.set_defaults(func=cmd_sessions_close)
+    srec = ssub.add_parser(
+        "recompact", parents=[common],
+        help="summarise again from the archive (one session or all)",
+        description="Re-compact compacted sessions from their archived transcripts (after "
+                    "a change of compaction settings) and compact ended ones now. "
+                    "Progress is printed per session.")
+    srec.add_argument("client")
+    srec.add_argument("session", nargs="?", help="one session id (default: all)")
+    srec.add_argument("--json", action="store_true", help="print the raw JSON")
+    srec.set_defaults(func=cmd_sessions_recompact)
 
     path = sub.add_parser("path", parents=[common],
                           help="print the memory folder (or one client's)")
@@ -81,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="open the memory folder in the desktop file manager")
     opener.add_argument("client", nargs="?", help="a client id")
     opener.set_defaults(func=cmd_open)
+
+    recall_cli.add_parsers(sub, common)
     return parser
 
 
@@ -108,11 +120,12 @@ def _config(args: argparse.Namespace) -> tuple[Path, Config]:
     return path, load_config(path)
 
 
-def _call(args: argparse.Namespace, method: str, params: dict[str, Any] | None = None) -> Any:
+def _call(args: argparse.Namespace, method: str, params: dict[str, Any] | None = None,
+          timeout: float | None = 30.0) -> Any:
     socket, error = socket_for(args.config)
     if error is not None:
         print(f"memd: warning: {error}", file=sys.stderr)
-    with MemdClient(socket) as client:
+    with MemdClient(socket, timeout=timeout) as client:
         return client.call(method, params)
 
 
@@ -242,6 +255,32 @@ def cmd_sessions_close(args: argparse.Namespace) -> int:
     else:
         print("no active session")
     return EXIT_OK
+
+
+def cmd_sessions_recompact(args: argparse.Namespace) -> int:
+    """One call per session, so a long run shows progress and no call hits a timeout."""
+    if args.session:
+        targets = [args.session]
+    else:
+        rows = _call(args, "sessions.list", {"client_id": args.client})["sessions"]
+        targets = [r["session_id"] for r in rows if r["state"] in ("ended", "compacted")]
+    results = []
+    failed = 0
+    for done, sid in enumerate(targets, 1):
+        reply = _call(args, "sessions.recompact", {"client_id": args.client,
+                                                   "session_id": sid}, timeout=None)
+        for item in reply["results"]:
+            results.append(item)
+            failed += item["result"] == "failed"
+            if not args.json:
+                error = f" ({item['error']})" if item.get("error") else ""
+                print(f"[{done}/{len(targets)}] {item['session_id']}: {item['result']}{error}",
+                      flush=True)
+    if args.json:
+        print(json.dumps({"results": results}, indent=2))
+    elif not targets:
+        print("no ended or compacted sessions")
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def _folder(args: argparse.Namespace) -> Path:

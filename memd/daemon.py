@@ -37,6 +37,7 @@ class Daemon:
         self.notifier = notifier or SystemdNotifier()
         self.started_at = time.time()
         self.config_error: str | None = None
+        self.ready = False
         self.server: RpcServer | None = None
         self.runtime = Runtime(config)
         self._stop = asyncio.Event()
@@ -59,6 +60,7 @@ class Daemon:
             await self.server.close()
             await self.runtime.close()
             raise
+        self.ready = True
         log.info("memd.ready", socket=str(self.config.socket), version=__version__,
                  clients=len(self.config.enabled_clients()))
         self.notifier.ready(self.status_line())
@@ -151,6 +153,7 @@ class Daemon:
         """A slow stat() check behind the watcher: catches an edit made before the
         watcher was set up, or on a filesystem that sends no events."""
         seen = _file_signature(self.config_path)
+        await self.reload()  # an edit between loading and watching is not lost
         while True:
             await asyncio.sleep(interval)
             current = _file_signature(self.config_path)
@@ -170,6 +173,7 @@ class Daemon:
         return {
             "version": __version__,
             "pid": os.getpid(),
+            "state": "running" if self.ready else "starting",
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "config_path": str(self.config_path),
             "config_loaded": cfg.source is not None,

@@ -16,9 +16,12 @@ from typing import Any
 import structlog
 
 from memd.clients import memory_client
+from memd.compaction import Compactor
 from memd.config import Config
-from memd.errors import ClientDisabled
+from memd.errors import ClientDisabled, NotFound
 from memd.layout import ClientLayout
+from memd.pipeline import Pipelines
+from memd.search import IndexSearcher
 from memd.sessions import ClientSessions
 
 log = structlog.get_logger()
@@ -30,6 +33,12 @@ class ClientRuntime:
 
     layout: ClientLayout
     sessions: ClientSessions
+    pipelines: Pipelines
+
+    @property
+    def searcher(self) -> IndexSearcher | None:
+        """The client's index for recall; None while its pipeline is (re)starting."""
+        return self.pipelines.searcher(self.layout.client_id)
 
 
 class Runtime:
@@ -41,6 +50,9 @@ class Runtime:
         self.clients: dict[str, ClientRuntime] = {}
         self._lock = asyncio.Lock()
         self._applied = asyncio.Event()  # set once the first config is in force
+        self.compactor = Compactor(config.compaction, on_compacted=self._mark_compacted)
+        self.pipelines = Pipelines()
+        self._started = False
 
     async def client(self, client_id: str) -> ClientRuntime:
         """The client's services, or the error that says why memory is off for it.
@@ -63,11 +75,18 @@ class Runtime:
     async def apply(self, new: Config) -> None:
         """Open added clients, close removed ones, update limits on the rest."""
         async with self._lock:
+            if not self._started:
+                await self.compactor.start()
+                await self.pipelines.start(new.memory_dir)
+                self._started = True
             wanted = new.enabled_clients()
             for client_id in sorted(set(self.clients) - set(wanted)):
                 runtime = self.clients.pop(client_id)
+                await self.compactor.close_client(client_id)
                 await runtime.sessions.close()
                 log.info("client.stopped", client=client_id)
+            if new.compaction != self.config.compaction:
+                self.compactor.set_config(new.compaction)
             self.config = new
             for client_id in sorted(wanted):
                 runtime = self.clients.get(client_id)
@@ -77,19 +96,32 @@ class Runtime:
                 else:
                     runtime.sessions.set_limits(new.session_inactivity_minutes,
                                                 new.max_session_minutes)
+            await self.pipelines.apply(new)
             self._applied.set()
 
     async def _open(self, config: Config, client_id: str) -> ClientRuntime:
         layout = ClientLayout(config.memory_dir, client_id)
         layout.ensure()
+        await self.compactor.open_client(layout)
         sessions = ClientSessions(
             layout,
             inactivity_minutes=config.session_inactivity_minutes,
             max_minutes=config.max_session_minutes,
             clock=self.clock,
+            on_end=[self.compactor.on_end_hook(layout)],
         )
         await sessions.open()
-        return ClientRuntime(layout=layout, sessions=sessions)
+        if config.compaction.enabled:
+            # An end whose hook was lost to a crash is still "ended": queue it again.
+            for info in await sessions.list_sessions():
+                if info["state"] == "ended":
+                    await self.compactor.submit(client_id, info["session_id"])
+        return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
+
+    async def _mark_compacted(self, client_id: str, session_id: str) -> None:
+        runtime = self.clients.get(client_id)
+        if runtime is not None:
+            await runtime.sessions.mark_compacted(session_id)
 
     async def monitor(self) -> None:
         """End sessions on time; the interval is re-read each round so edits apply."""
@@ -113,9 +145,47 @@ class Runtime:
         runtime = self.clients.get(client_id)
         if runtime is None:
             return {}
-        return {"active_session": runtime.sessions.active_session()}
+        return {"active_session": runtime.sessions.active_session(),
+                "compaction": self.compactor.client_status(client_id),
+                **self.pipelines.status(client_id)}
+
+    async def list_sessions(self, client_id: str) -> list[dict[str, Any]]:
+        """Sessions with their compaction state merged in (`compaction`, when known)."""
+        runtime = await self.client(client_id)
+        rows = await runtime.sessions.list_sessions()
+        states = self.compactor.sessions(client_id)
+        for row in rows:
+            if row["session_id"] in states:
+                row["compaction"] = states[row["session_id"]]
+        return rows
+
+    async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]:
+        """Summarise again from archive/ (compacted sessions) or compact now (ended ones).
+
+        For one session or all of the client's; active sessions are left alone.
+        """
+        rows = await self.list_sessions(client_id)
+        if session_id is not None:
+            rows = [r for r in rows if r["session_id"] == session_id]
+            if not rows:
+                raise NotFound(f"client {client_id!r} has no session {session_id!r}",
+                               data={"session_id": session_id})
+        results: list[dict[str, Any]] = []
+        for row in rows:
+            sid = row["session_id"]
+            if row["state"] == "compacted":
+                results += await self.compactor.recompact(client_id, sid)
+            elif row["state"] == "ended":
+                queued = await self.compactor.submit(client_id, sid, force=True)
+                results.append({"session_id": sid, "result": "queued" if queued else "busy",
+                                "error": None})
+            elif session_id is not None:
+                results.append({"session_id": sid, "result": "active", "error": None})
+        return results
 
     async def close(self) -> None:
+        await self.compactor.close()
+        await self.pipelines.close()
         async with self._lock:
             for client_id, runtime in list(self.clients.items()):
                 try:

@@ -68,8 +68,9 @@ class DaemonProcess:
                 raise RuntimeError(f"memd exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 with MemdClient(self.socket, timeout=5) as client:
-                    client.call("daemon.status")
-                return
+                    if client.call("daemon.status")["state"] == "running":
+                        return
+                time.sleep(0.05)
             except ClientError:
                 time.sleep(0.05)
         raise TimeoutError(f"memd did not become ready:\n{self.log()}")

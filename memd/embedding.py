@@ -1,0 +1,124 @@
+"""The embedded default embedding model: WordLlama's bundled 256-dim weights, loaded offline.
+
+WordLlama is a static embedding: a token-embedding table and mean pooling. memd reads the
+weights and the tokenizer that ship inside the wordllama wheel and pools them itself, per
+text, instead of calling `WordLlama.load()`:
+
+- the loader looks for the bundled tokenizer in `wordllama/tokenizer/` while the wheel ships
+  it in `wordllama/tokenizers/`, so it falls back to a Hugging Face download;
+- `import wordllama` runs `logging.basicConfig(level=INFO)`, reconfiguring the importing
+  process's root logger;
+- its batched pooling sums padded rows, so a text's vector depends (in the last bits) on the
+  other texts in its batch. Pooling each text on its own makes the vector memd computes for
+  a query bit-identical to the one the watcher stored for the same text.
+
+The maths is the same as `WordLlamaInference.embed(norm=True)` (tests compare them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger()
+
+# The model name watchers and recall agree on. memsearch puts it into every chunk id.
+MODEL_NAME = "wordllama-l2-256"
+DIMENSION = 256
+_CONFIG = "l2_supercat"
+
+
+def _package_dir() -> Path:
+    """Find the installed wordllama package without importing it (see the module docstring)."""
+    spec = importlib.util.find_spec("wordllama")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the wordllama package is not installed")
+    return Path(spec.origin).parent
+
+
+def weights_path() -> Path:
+    return _package_dir() / "weights" / f"{_CONFIG}_{DIMENSION}.safetensors"
+
+
+def tokenizer_path() -> Path:
+    return _package_dir() / "tokenizers" / f"{_CONFIG}_tokenizer_config.json"
+
+
+class StaticModel:
+    """A token-embedding table plus its tokenizer; thread-safe after construction."""
+
+    def __init__(self, weights: Any, tokenizer: Any) -> None:
+        import numpy as np
+
+        self._table = np.ascontiguousarray(weights, dtype=np.float32)
+        self._tokenizer = tokenizer
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+
+    @property
+    def dimension(self) -> int:
+        return int(self._table.shape[1])
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Mean-pooled, unit-length vectors.
+
+        A text without tokens (the empty string) has no direction; it gets a fixed unit
+        vector so that a COSINE search never sees a zero or NaN vector.
+        """
+        import numpy as np
+
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for row, enc in enumerate(encodings):
+            ids = np.clip(np.asarray(enc.ids, dtype=np.int64), 0, self._table.shape[0] - 1)
+            pooled = self._table[ids].mean(axis=0, dtype=np.float32) if len(ids) else None
+            norm = float(np.linalg.norm(pooled)) if pooled is not None else 0.0
+            if norm == 0.0 or not np.isfinite(norm):
+                out[row] = np.float32(1.0 / np.sqrt(self.dimension))
+            else:
+                out[row] = pooled / np.float32(norm)
+        return out.tolist()
+
+
+def load_model() -> StaticModel:
+    """Read the bundled files; nothing here touches the network or `~/.cache`."""
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path()))
+    with safe_open(str(weights_path()), framework="np", device="cpu") as fh:
+        weights = fh.get_tensor("embedding.weight")
+    model = StaticModel(weights, tokenizer)
+    if model.dimension != DIMENSION:
+        raise RuntimeError(f"bundled WordLlama weights have dim {model.dimension}, not {DIMENSION}")
+    log.info("embedding_model_loaded", model=MODEL_NAME, dimension=DIMENSION)
+    return model
+
+
+_lock = threading.Lock()
+_model: StaticModel | None = None
+
+
+def model() -> StaticModel:
+    """The process-wide model, loaded on first use (well under a second, ~32 MB)."""
+    global _model
+    if _model is None:
+        with _lock:
+            if _model is None:
+                _model = load_model()
+    return _model
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    """Embed texts with the default model: 256 floats each, unit length."""
+    if not texts:
+        return []
+    return model().embed(texts)
+
+
+def embed_one(text: str) -> list[float]:
+    return embed([text])[0]

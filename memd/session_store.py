@@ -1,0 +1,439 @@
+"""One client's session state on disk: schema, group-commit writer, transcript appends, recovery.
+
+`Committer` takes what record calls decided on the event loop and writes it in one
+batch per round (group commit): everything queued while the previous batch was syncing
+goes next, and callers are answered only once their batch is on disk. Session events
+(end, resume) go to their hooks after the commit, in order, off the writer's path.
+
+`StateStore` owns `<root>/.memd/state.sqlite3` (WAL, synchronous=FULL) and the open
+transcript files, and is used only from the client's one IO thread (`ClientSessions`
+runs it there). A commit appends each transcript's share of a batch with one write and
+one fsync, then commits the state in one transaction: the rows the batch changed and
+each written transcript's committed size and tail digest. On open, a transcript longer
+than its committed size ends in bytes no caller was told about and is cut back
+(transcript.reconcile), a session file that never reached the state is removed, and a
+session whose file was moved between `sessions/` and `archive/` without the state
+hearing of it gets the state that matches where the file is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd import chat, transcript
+from memd.errors import StorageError
+from memd.layout import ClientLayout
+
+log = structlog.get_logger()
+
+STATE_FILE = "state.sqlite3"
+Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
+Event = tuple[str, dict[str, Any]]  # ("end" | "resume", session info)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, state TEXT NOT NULL, started REAL NOT NULL,
+    last_activity REAL NOT NULL, ended REAL, end_reason TEXT,
+    conversations INTEGER NOT NULL, last_conv INTEGER,
+    size INTEGER NOT NULL DEFAULT 0, tail BLOB,
+    resumed REAL, resumes INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS conversations (
+    conv INTEGER PRIMARY KEY, kind TEXT NOT NULL, external_id TEXT, session_id TEXT,
+    number INTEGER NOT NULL, exchanges INTEGER NOT NULL, last_active REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    hash BLOB PRIMARY KEY, conv INTEGER NOT NULL, exchange INTEGER NOT NULL, parent BLOB
+) WITHOUT ROWID;
+"""
+# Columns added after the first release: (name, definition) for ALTER TABLE.
+_ADDED_COLUMNS = [("resumed", "REAL"), ("resumes", "INTEGER NOT NULL DEFAULT 0")]
+_SESSION_COLUMNS = ("session_id, state, started, last_activity, ended, end_reason,"
+                    " conversations, last_conv, resumed, resumes, size, tail")
+_UPSERT_SESSION = """
+INSERT INTO sessions (session_id, state, started, last_activity, ended, end_reason,
+                      conversations, last_conv, resumed, resumes)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET state = excluded.state, started = excluded.started,
+    last_activity = excluded.last_activity, ended = excluded.ended,
+    end_reason = excluded.end_reason, conversations = excluded.conversations,
+    last_conv = excluded.last_conv, resumed = excluded.resumed, resumes = excluded.resumes
+"""
+
+
+@dataclass(slots=True)
+class Session:
+    """One session row. `resumed` is set when an ended session was reopened (last time)."""
+
+    session_id: str
+    state: str  # active | ended | compacted
+    started: float
+    last_activity: float
+    ended: float | None = None
+    end_reason: str | None = None
+    conversations: int = 0
+    last_conv: int | None = None  # the conversation written last: a header is due on change
+    resumed: float | None = None
+    resumes: int = 0
+    size: int = 0  # committed bytes (the store's business)
+    tail: bytes | None = None
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.session_id, self.state, self.started, self.last_activity, self.ended,
+                self.end_reason, self.conversations, self.last_conv, self.resumed,
+                self.resumes)
+
+
+@dataclass(slots=True)
+class Conv:
+    """One conversation row: where its latest section is."""
+
+    key: int
+    kind: str  # "mcp" | "chat"
+    external_id: str | None
+    session_id: str | None
+    number: int = 0  # its number in that session
+    exchanges: int = 0
+    last_active: float = 0.0
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.key, self.kind, self.external_id, self.session_id, self.number,
+                self.exchanges, self.last_active)
+
+
+@dataclass
+class Change:
+    """What one record call commits: transcript bytes, rows, and a session to reopen."""
+
+    write: tuple[str, bytes, bytes] | None = None  # session id, data, front matter
+    session_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    conv_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    nodes: list[chat.Node] = field(default_factory=list)
+    reopen: str | None = None  # a resumed session: its file is brought back and measured
+
+
+@dataclass
+class Loaded:
+    sessions: list[Session]
+    convs: list[Conv]
+    nodes: list[chat.Node]
+
+
+class StateStore:
+    """The client's transcripts and sqlite state; used only from the client's one IO thread."""
+
+    def __init__(self, layout: ClientLayout) -> None:
+        self.layout = layout
+        self.db: sqlite3.Connection | None = None
+        self.files: dict[str, transcript.AppendFile] = {}
+
+    def open(self) -> Loaded:
+        self.layout.ensure()
+        path = self.layout.state_dir / STATE_FILE
+        fresh = not path.exists()
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk before a caller hears "recorded"; with NORMAL a power
+        # loss could lose a commit whose transcript bytes survived, and recovery would
+        # then cut an acknowledged exchange.
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        _migrate(db)
+        self.db = db
+        loaded = self._load()
+        self._recover(loaded, fresh)
+        return loaded
+
+    def _load(self) -> Loaded:
+        assert self.db is not None
+        sessions = [Session(*row) for row in self.db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY started, rowid")]
+        convs = [Conv(*row) for row in self.db.execute(
+            "SELECT conv, kind, external_id, session_id, number, exchanges, last_active"
+            " FROM conversations")]
+        nodes = self.db.execute("SELECT hash, conv, exchange, parent FROM nodes").fetchall()
+        return Loaded(sessions, convs, nodes)
+
+    def _recover(self, loaded: Loaded, fresh: bool) -> None:
+        """Make transcripts agree with the committed state after a crash (see module doc)."""
+        known = {s.session_id for s in loaded.sessions}
+        for s in loaded.sessions:
+            if s.state == "active":
+                outcome = transcript.reconcile(self.layout.session_file(s.session_id),
+                                               s.size, s.tail)
+                if outcome == "shorter":
+                    s.size = self.layout.session_file(s.session_id).stat().st_size
+            else:
+                self._settle(s)
+        if fresh:
+            return  # a lost state database must never cost the user their transcripts
+        newest = max(known, default="")
+        for path in sorted(self.layout.sessions.glob("*.md")):
+            if path.stem not in known and path.stem > newest and \
+                    transcript.is_orphan(path, self.layout.client_id):
+                path.unlink()
+                transcript.fsync_dir(path.parent)
+                log.info("unacknowledged session file removed", client=self.layout.client_id,
+                         path=str(path))
+
+    def _settle(self, s: Session) -> None:
+        """An ended session's state follows its file: live in sessions/ or in archive/.
+
+        `compacted` with the transcript back in sessions/: a resume restored it and died
+        before its commit (or a person moved it back); it is `ended` again, so it gets
+        compacted again. `ended` with the transcript only in archive/: compaction
+        finished but its mark never arrived.
+        """
+        live = self.layout.session_file(s.session_id).exists()
+        archived = self.layout.archive_file(s.session_id).exists()
+        state = s.state
+        if s.state == "compacted" and live and not archived:
+            state = "ended"
+        elif s.state == "ended" and archived and not live:
+            state = "compacted"
+        if state != s.state:
+            assert self.db is not None
+            self.db.execute("UPDATE sessions SET state = ? WHERE session_id = ?",
+                            (state, s.session_id))
+            log.info("session state follows its file", client=self.layout.client_id,
+                     session=s.session_id, **{"from": s.state, "to": state})
+            s.state = state
+
+    def commit(self, batch: Sequence[Change]) -> None:
+        """Reopen resumed sessions, append each transcript's share (one write + fsync), commit."""
+        sizes: list[tuple[int, bytes | None, str]] = [
+            (*self._reopen(c.reopen), c.reopen) for c in batch if c.reopen]
+        writes: dict[str, tuple[bytes, list[bytes]]] = {}
+        for change in batch:
+            if change.write:
+                sid, data, header = change.write
+                writes.setdefault(sid, (header, []))[1].append(data)
+        for sid, (header, chunks) in writes.items():
+            f = self.files.get(sid)
+            if f is None:
+                f = self.files[sid] = transcript.AppendFile(self.layout.session_file(sid))
+            size, digest = f.append(b"".join(chunks), header)
+            sizes.append((size, digest, sid))
+        self._commit_state(batch, sizes)
+        for change in batch:
+            for row in change.session_rows:
+                if row[1] != "active" and row[0] in self.files:
+                    self.files.pop(row[0]).close()
+
+    def _reopen(self, session_id: str) -> tuple[int, bytes | None]:
+        """Bring a resumed session's transcript back into sessions/; its size and tail digest.
+
+        Restore hooks (compaction) normally did the move already; without them, or if
+        they left it, the transcript is moved back here, and a summary left in sessions/
+        is removed (it no longer covers the session). The file as it is now is the
+        committed part that recovery keeps.
+        """
+        layout = self.layout
+        live = layout.session_file(session_id)
+        if not live.exists() and layout.archive_file(session_id).exists():
+            transcript.restore(layout, session_id)
+            log.info("transcript restored from archive", client=layout.client_id,
+                     session=session_id)
+        summary = layout.summary_file(session_id)
+        if summary.exists():
+            summary.unlink()
+            transcript.fsync_dir(summary.parent)
+            log.info("stale summary removed", client=layout.client_id, session=session_id)
+        return _measure(live)
+
+    def _commit_state(self, batch: Sequence[Change],
+                      sizes: list[tuple[int, bytes | None, str]]) -> None:
+        assert self.db is not None
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            for change in batch:
+                db.executemany(_UPSERT_SESSION, change.session_rows)
+                db.executemany("INSERT OR REPLACE INTO conversations VALUES (?,?,?,?,?,?,?)",
+                               change.conv_rows)
+                db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
+            # in order: a reopened file's measured size first, then what was appended to it
+            db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a state database from an earlier version lacks."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
+    for name, definition in _ADDED_COLUMNS:
+        if name not in have:
+            db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
+            log.info("state database migrated", column=name)
+
+
+def _measure(path: Path) -> tuple[int, bytes | None]:
+    """Size and tail digest of a transcript as it is on disk; (0, None) when it is gone."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - transcript.TAIL_BYTES))
+            return size, transcript.tail_digest(fh.read())
+    except FileNotFoundError:
+        return 0, None
+
+
+@dataclass
+class _Pending:
+    change: Change
+    events: list[Event]
+    future: asyncio.Future[None]
+    hooks_done: asyncio.Future[None] | None
+
+
+class Committer:
+    """Group commit of one client's changes onto its IO thread, then the event hooks.
+
+    `hooks(kind)` names the hooks for an event kind at the time it runs (the lists may
+    change while the daemon runs). After a failed commit every decided change fails
+    with StorageError and `on_failure` rebuilds the caller's memory from the state.
+    """
+
+    def __init__(self, store: StateStore, client_id: str,
+                 hooks: Callable[[str], Sequence[Hook]],
+                 on_failure: Callable[[Exception], Awaitable[None]]) -> None:
+        self.store = store
+        self.client_id = client_id
+        self._hooks = hooks
+        self._on_failure = on_failure
+        self._executor: ThreadPoolExecutor | None = None
+        self._queue: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._hook_queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def running(self) -> bool:
+        return self._executor is not None
+
+    def start_io(self) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"memd-{self.client_id}")
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._writer(), name=f"writer:{self.client_id}"),
+                       asyncio.create_task(self._hook_runner(), name=f"hooks:{self.client_id}")]
+
+    async def close(self) -> None:
+        """Finish queued writes and hooks, then release files and the database."""
+        if self._executor is None:
+            return
+        self._closing = True
+        self._wake.set()
+        if self._tasks:
+            await self._tasks[0]
+            await self._hook_queue.put(("stop", None))
+            await self._tasks[1]
+        await self.io(self.store.close)
+        self._executor.shutdown()
+        self._executor = None
+
+    async def io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def submit(self, change: Change, events: list[Event], *,
+                     wait_hooks: bool = False) -> None:
+        """Queue a change and wait until it is on disk (and, with wait_hooks, its hooks ran).
+
+        An empty change with wait_hooks is a barrier: everything queued before it is
+        committed and every hook of it has run.
+        """
+        if self._closing or self._executor is None:
+            raise StorageError("session store is closed")
+        loop = asyncio.get_running_loop()
+        item = _Pending(change, events, loop.create_future(),
+                        loop.create_future() if wait_hooks else None)
+        self._queue.append(item)
+        self._wake.set()
+        await asyncio.shield(item.future)
+        if item.hooks_done is not None:
+            await asyncio.shield(item.hooks_done)
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._queue:
+                if self._closing:
+                    return
+                continue
+            batch, self._queue = self._queue, []
+            try:
+                await self.io(self.store.commit, [item.change for item in batch])
+            except Exception as exc:
+                await self._fail(batch, exc)
+                continue
+            for item in batch:
+                for event in item.events:
+                    self._hook_queue.put_nowait(event)
+                if item.hooks_done is not None:
+                    self._hook_queue.put_nowait(("done", item.hooks_done))
+                _resolve(item.future)
+            if self._queue or self._closing:
+                self._wake.set()
+
+    async def _fail(self, batch: list[_Pending], exc: Exception) -> None:
+        """A failed write: fail every decided change, then let the owner reload the state."""
+        failed, self._queue = batch + self._queue, []
+        log.error("recording failed", client=self.client_id, error=str(exc), ops=len(failed))
+        for item in failed:
+            _resolve(item.future, StorageError(f"could not record: {exc}"))
+            _resolve(item.hooks_done)
+        try:
+            await self._on_failure(exc)
+        except Exception as reload_exc:  # the store stays unready; calls wait for a restart
+            log.error("reloading state failed", client=self.client_id, error=str(reload_exc))
+
+    async def _hook_runner(self) -> None:
+        """Runs hooks in event order; a failing hook is only logged."""
+        while True:
+            kind, payload = await self._hook_queue.get()
+            if kind == "stop":
+                return
+            if kind == "done":
+                _resolve(payload)
+                continue
+            for hook in self._hooks(kind):
+                try:
+                    await maybe_await(hook(payload))
+                except Exception:
+                    log.exception("session hook failed", client=self.client_id,
+                                  hook_event=kind, hook=getattr(hook, "__qualname__", repr(hook)))
+
+
+async def maybe_await(result: Any) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+def _resolve(future: asyncio.Future[None] | None, exc: BaseException | None = None) -> None:
+    if future is None or future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
+        future.add_done_callback(lambda f: f.exception())  # nobody may be waiting any more

@@ -1,0 +1,139 @@
+"""A real per-client index for tests: index server + `memsearch watch` + an IndexSearcher.
+
+Built from memd's own command lines (`memd.indexing`), so the tests index exactly as the
+daemon does: the embedded model served by an in-process `EmbeddingServer`, one
+`python -m memd.index_server` per client on a Unix socket, one `memsearch watch` on the
+client's `sessions/`. `wait_for` polls the real search until the watcher has caught up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memd.config import Config, parse_config
+from memd.embed_server import EmbeddingServer
+from memd.index_server import index_ready
+from memd.indexing import (
+    Command,
+    ensure_dirs,
+    index_server_command,
+    index_target,
+    memsearch_toml,
+    watcher_command,
+)
+from memd.layout import ClientLayout, write_memsearch_toml
+from memd.search import IndexSearcher, IndexUnavailableError
+
+T = TypeVar("T")
+
+
+def client_config(memory_dir: Path, *client_ids: str) -> Config:
+    """A config with memory on for each of `client_ids` (embedded model, local index)."""
+    return parse_config({
+        "memory_dir": str(memory_dir),
+        "clients": {cid: {"memory_enabled": True, "mode": "both"} for cid in client_ids},
+    })
+
+
+class _Child:
+    """One spawned command in its own process group, output to a log file."""
+
+    def __init__(self, command: Command, log_path: Path) -> None:
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(list(command.argv), env=dict(command.env),
+                                         cwd=str(command.cwd), stdout=log, stderr=log,
+                                         start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 15.0) -> None:
+        """SIGINT first (memsearch watch cleans up only on KeyboardInterrupt), then SIGKILL."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        except ProcessLookupError:
+            pass
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-8000:]
+        except FileNotFoundError:
+            return ""
+
+
+class ClientIndex:
+    """Everything one client's recall needs, started for real; `stop()` always cleans up."""
+
+    def __init__(self, config: Config, client_id: str, endpoint_server: EmbeddingServer) -> None:
+        self.config = config
+        self.layout = ClientLayout(config.memory_dir, client_id)
+        self._embed = endpoint_server
+        self.index_server: _Child | None = None
+        self.watcher: _Child | None = None
+        self.searcher: IndexSearcher | None = None
+
+    def start(self, timeout: float = 60.0) -> ClientIndex:
+        ensure_dirs(self.layout)
+        write_memsearch_toml(self.layout, memsearch_toml(self.config, self.layout))
+        self.start_index_server(timeout)
+        self.watcher = _Child(watcher_command(self.config, self.layout, self._embed.endpoint),
+                              self.layout.logs_dir / "watcher.log")
+        self.searcher = IndexSearcher(index_target(self.config, self.layout),
+                                      self.config.embedding, root=self.layout.root)
+        return self
+
+    def start_index_server(self, timeout: float = 60.0) -> None:
+        command = index_server_command(self.config, self.layout)
+        assert command is not None, "tests run the local (Milvus Lite) mode"
+        self.index_server = _Child(command, self.layout.logs_dir / "index-server.log")
+        socket_path = Path(index_target(self.config, self.layout).uri.removeprefix("unix:"))
+        deadline = time.monotonic() + timeout
+        while not index_ready(socket_path):
+            if not self.index_server.alive():
+                raise RuntimeError(f"index server died:\n{self.index_server.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"index server not ready:\n{self.index_server.log()}")
+            time.sleep(0.05)
+
+    def wait_for(self, probe: Callable[[IndexSearcher], T | None], timeout: float = 60.0) -> T:
+        """Poll `probe(searcher)` until it returns something truthy (the watcher caught up)."""
+        assert self.searcher is not None
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.watcher is not None and not self.watcher.alive():
+                raise RuntimeError(f"watcher died:\n{self.watcher.log()}")
+            try:
+                last = probe(self.searcher)
+            except IndexUnavailableError as exc:
+                last = exc
+            if last:
+                return last
+            time.sleep(0.2)
+        watcher_log = self.watcher.log() if self.watcher else ""
+        raise TimeoutError(f"index did not catch up (last probe: {last!r}):\n{watcher_log}")
+
+    def wait_rows(self, at_least: int, timeout: float = 60.0) -> int:
+        return self.wait_for(lambda s: (n := s.count(timeout=5)) >= at_least and n, timeout)
+
+    def stop(self) -> None:
+        if self.searcher is not None:
+            self.searcher.close()
+            self.searcher = None
+        for child in (self.watcher, self.index_server):
+            if child is not None:
+                child.stop()
+        self.watcher = self.index_server = None

@@ -1,0 +1,201 @@
+"""The per-client index server: a real `python -m memd.index_server` on a Unix socket.
+
+The process helpers here (Child, wait_for, the `children` fixture) are shared with
+test_indexing.py and test_search.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd import embedding
+from memd.index_server import index_ready
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy; a bounded wait, not a speed assertion."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+class Child:
+    """A test-started process in its own group; stop() is SIGINT, wait, SIGKILL, wait."""
+
+    def __init__(self, argv: list[str] | tuple[str, ...], log_path: Path,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.log_path = log_path
+        with open(log_path, "ab") as fh:
+            self.proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                         stdout=fh, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        with _suppress_lookup():
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with _suppress_lookup():
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(timeout)
+
+
+class _suppress_lookup:  # noqa: N801 - used like contextlib.suppress
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, *_: Any) -> bool:
+        return exc_type is ProcessLookupError
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    """Every Child appended here is stopped at teardown, last started first."""
+    started: list[Child] = []
+    yield started
+    for child in reversed(started):
+        child.stop()
+
+
+def start_index_server(children: list[Child], data_dir: Path, sock: Path,
+                       log_path: Path) -> Child:
+    argv = [sys.executable, "-m", "memd.index_server", "--data-dir", str(data_dir),
+            "--socket", str(sock)]
+    child = Child(argv, log_path)
+    children.append(child)
+    wait_for(lambda: "index_server_ready" in child.output() or child.proc.poll() is not None,
+             what="index server start")
+    assert child.proc.poll() is None, child.output()
+    return child
+
+
+def _row(i: int, text: str) -> dict[str, Any]:
+    return {"chunk_hash": f"h{i:04d}", "embedding": embedding.embed_one(text), "content": text,
+            "source": "/x/a.md", "heading": f"h{i}", "heading_level": 2,
+            "start_line": i, "end_line": i}
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder for sockets (sun_path is 107 bytes; pytest's tmp_path can be long)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="memd-t-") as tmp:
+        yield Path(tmp)
+
+
+def test_serves_a_private_socket_and_flushes_every_write(tmp_path: Path, short_tmp: Path,
+                                                         children: list[Child]) -> None:
+    from memsearch.store import MilvusStore
+
+    data, sock = tmp_path / "milvus", short_tmp / "index.sock"
+    child = start_index_server(children, data, sock, tmp_path / "server.log")
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert index_ready(sock)
+
+    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
+    store.upsert([_row(i, t) for i, t in enumerate(["apples and pears", "rust borrow checker"])])
+    hits = store.search(embedding.embed_one("borrow checker"), query_text="borrow checker")
+    assert hits[0]["content"] == "rust borrow checker"
+    col = data / "collections" / "c"
+    assert list((col / "partitions" / "_default").rglob("data_*.parquet")), "rows not flushed"
+    assert not [p for p in (col / "wal").glob("wal_data_*") if p.stat().st_size], "rows in WAL"
+    store.delete_by_source("/x/a.md")
+    assert store.query() == []
+    store.close()
+    assert child.pid > 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_closes_the_database_and_removes_the_socket(tmp_path: Path, short_tmp: Path,
+                                                           children: list[Child],
+                                                           sig: int) -> None:
+    from milvus_lite.db import MilvusLite
+
+    data, sock = tmp_path / "milvus", short_tmp / "index.sock"
+    child = start_index_server(children, data, sock, tmp_path / "server.log")
+    child.signal(sig)
+    assert child.wait() == 0
+    assert not sock.exists()
+    MilvusLite(str(data)).close()  # the lock is free again
+
+
+def test_a_second_server_on_the_same_database_fails_without_touching_the_socket(
+        tmp_path: Path, short_tmp: Path, children: list[Child]) -> None:
+    data, sock = tmp_path / "milvus", short_tmp / "index.sock"
+    start_index_server(children, data, sock, tmp_path / "a.log")
+    second = Child([sys.executable, "-m", "memd.index_server", "--data-dir", str(data),
+                    "--socket", str(sock)], tmp_path / "b.log")
+    children.append(second)
+    assert second.wait() == 1
+    assert "index_server_failed" in second.output()
+    assert index_ready(sock)
+
+
+def test_a_stale_socket_is_not_ready_and_gets_replaced(tmp_path: Path, short_tmp: Path,
+                                                       children: list[Child]) -> None:
+    sock = short_tmp / "index.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock))
+    stale.close()  # the file stays, nobody listens: what a kill -9 leaves behind
+    assert sock.exists() and not index_ready(sock)
+    start_index_server(children, tmp_path / "milvus", sock, tmp_path / "server.log")
+    assert index_ready(sock)
+
+
+def test_rows_survive_kill_9_even_mid_index_write(tmp_path: Path, short_tmp: Path,
+                                                  children: list[Child]) -> None:
+    """Milvus Lite writes index sidecars in place; a kill during one leaves a truncated
+    file that would make every later load fail. Simulate that and restart."""
+    from memsearch.store import MilvusStore
+
+    data, sock = tmp_path / "milvus", short_tmp / "index.sock"
+    child = start_index_server(children, data, sock, tmp_path / "a.log")
+    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
+    store.upsert([_row(1, "durable row")])
+    store.close()
+    child.signal(signal.SIGKILL)
+    child.wait()
+    segments = list(data.glob("collections/c/partitions/_default/data/data_*.parquet"))
+    assert segments
+    for seg in segments:
+        idx = seg.parent.parent / "indexes" / f"{seg.stem}.embedding.flat.idx"
+        idx.parent.mkdir(exist_ok=True)
+        idx.write_bytes(b"\x93NUMPY")  # a torn write
+    start_index_server(children, data, sock, tmp_path / "b.log")
+    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256)
+    assert [r["content"] for r in store.query()] == ["durable row"]
+    store.close()

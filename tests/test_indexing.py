@@ -1,0 +1,540 @@
+"""Per-client indexing: generated settings, command lines, rebuilds, and the real pipeline.
+
+End-to-end tests run the real thing: `python -m memd.index_server` on a Unix socket, an
+unmodified `memsearch watch` subprocess, memd's embedding endpoint, and pymilvus reads.
+The only stand-in is a "remote" OpenAI-compatible embedding API (a real HTTP server on
+127.0.0.1) for the model-change test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd import embedding, indexing
+from memd.config import Config, EmbeddingConfig, MilvusConfig
+from memd.embed_server import EmbeddingServer, Endpoint
+from memd.index_server import index_ready
+from memd.indexing import IndexSettings
+from memd.layout import ClientLayout, write_memsearch_toml
+from memd.search import IndexSearcher
+from tests.test_index_server import Child, children, wait_for  # noqa: F401 - fixture
+
+ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
+
+
+@pytest.fixture(autouse=True)
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in for the user's HOME, with personal memsearch settings that must not leak."""
+    home = tmp_path / "userhome"
+    (home / ".memsearch").mkdir(parents=True)
+    (home / ".memsearch" / "config.toml").write_text(
+        '[milvus]\ntoken = "users-own-token"\ncollection = "users_collection"\n'
+        '[embedding]\nprovider = "google"\nbatch_size = 1\n'
+        '[chunking]\nmax_chunk_size = 40\n[llm]\nmodel = "users-llm"\n', encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://example.invalid/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-users-own")
+    monkeypatch.setenv("MEMSEARCH_DIR", str(home / "elsewhere"))
+    return home
+
+
+def make_config(tmp_path: Path, **kw: Any) -> Config:
+    return Config(memory_dir=tmp_path / "memory", **kw)
+
+
+# -- names, generated settings, command lines ------------------------------------------------
+
+
+def test_collection_names_are_milvus_safe_and_distinct() -> None:
+    names = [indexing.collection_name(c) for c in ("alice", "a-b", "a_b", "a.b", "9lives")]
+    assert names[0] == "memd_alice"
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,254}", n) for n in names)
+
+
+def test_memsearch_toml_sets_every_trusted_key_and_nothing_else(tmp_path: Path) -> None:
+    from memsearch.config import _PROJECT_CONFIG_ALLOWED_PATHS, _filter_project_config
+
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    doc = indexing.memsearch_toml(make_config(tmp_path), layout,
+                                  IndexSettings(debounce_ms=250, max_chunk_size=900))
+    assert _filter_project_config(doc) == doc  # memsearch would not drop any of it
+    keys = {(section, key) for section, table in doc.items() for key in table}
+    assert keys == _PROJECT_CONFIG_ALLOWED_PATHS
+    assert doc["watch"]["debounce_ms"] == 250
+    assert doc["chunking"]["max_chunk_size"] == 900
+    assert doc["milvus"]["collection"] == "memd_alice"
+
+
+def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path) -> None:
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    cmd = indexing.watcher_command(config, layout, ENDPOINT)
+    argv = list(cmd.argv)
+    assert argv[:5] == [sys.executable, "-m", "memsearch", "watch", str(layout.sessions)]
+    opts = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert opts == {"--provider": "openai", "--model": embedding.MODEL_NAME,
+                    "--base-url": ENDPOINT.base_url, "--collection": "memd_alice",
+                    "--milvus-uri": f"unix:{indexing.index_socket_path(layout)}"}
+    assert ENDPOINT.api_key not in " ".join(argv)
+    assert cmd.cwd == layout.root  # memsearch reads .memsearch.toml from the cwd
+    env = cmd.env
+    assert env["HOME"] == str(indexing.watcher_home(layout))
+    assert env["OPENAI_API_KEY"] == ENDPOINT.api_key
+    assert "OPENAI_BASE_URL" not in env
+    assert env["MEMSEARCH_DIR"] == str(layout.memsearch_dir)
+    assert env["HF_HOME"] == str(user_home / ".cache" / "huggingface")  # caches stay shared
+    assert "127.0.0.1" in env["NO_PROXY"]
+
+
+def test_index_server_command_serves_the_client_database(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    cmd = indexing.index_server_command(config, layout)
+    assert cmd is not None
+    assert list(cmd.argv) == [sys.executable, "-m", "memd.index_server",
+                              "--data-dir", str(layout.memsearch_dir / "milvus"),
+                              "--socket", str(indexing.index_socket_path(layout))]
+
+
+def test_other_providers_stay_configurable(tmp_path: Path) -> None:
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    remote = make_config(tmp_path, embedding=EmbeddingConfig(
+        provider="openai", model="text-embedding-3-large", base_url="https://llm.example/v1",
+        api_key="sk-memd"))
+    cmd = indexing.watcher_command(remote, layout)
+    assert "--base-url" in cmd.argv and "https://llm.example/v1" in cmd.argv
+    assert cmd.env["OPENAI_API_KEY"] == "sk-memd" and "sk-memd" not in cmd.argv
+
+    ollama = make_config(tmp_path, embedding=EmbeddingConfig(
+        provider="ollama", model="nomic-embed-text", base_url="http://127.0.0.1:11434"))
+    cmd = indexing.watcher_command(ollama, layout)
+    assert cmd.argv[cmd.argv.index("--provider") + 1] == "ollama"
+    assert "--base-url" not in cmd.argv  # memsearch passes base_url to openai only
+    assert cmd.env["OLLAMA_HOST"] == "http://127.0.0.1:11434"
+
+    voyage = make_config(tmp_path, embedding=EmbeddingConfig(provider="voyage", api_key="pa-1"))
+    cmd = indexing.watcher_command(voyage, layout)
+    assert cmd.argv[cmd.argv.index("--model") + 1] == "voyage-3-lite"
+    assert cmd.env["VOYAGE_API_KEY"] == "pa-1"
+
+    with pytest.raises(ValueError):
+        indexing.watcher_command(make_config(tmp_path), layout)  # embedded model, no endpoint
+
+
+def test_scale_out_runs_no_index_server_and_passes_the_token_by_env(tmp_path: Path) -> None:
+    config = make_config(tmp_path, milvus=MilvusConfig(uri="https://milvus.example:19530",
+                                                       token="root:secret"))
+    layout = ClientLayout(config.memory_dir, "a-b")
+    assert indexing.index_server_command(config, layout) is None
+    target = indexing.index_target(config, layout)
+    assert (target.uri, target.local) == ("https://milvus.example:19530", False)
+    assert target.collection == indexing.collection_name("a-b")
+    cmd = indexing.watcher_command(config, layout, ENDPOINT)
+    assert "root:secret" not in " ".join(cmd.argv)
+    assert cmd.argv[cmd.argv.index("--milvus-token") + 1] == "env:MEMD_MILVUS_TOKEN"
+    assert cmd.env["MEMD_MILVUS_TOKEN"] == "root:secret"
+
+
+def test_deep_memory_dirs_get_a_short_private_socket(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    deep = ClientLayout(tmp_path / ("d" * 60) / ("e" * 60), "alice")
+    sock = indexing.index_socket_path(deep)
+    assert len(os.fsencode(sock)) <= 107
+    assert sock.parent == tmp_path / "run" / f"memd-{os.getuid()}"
+    other = ClientLayout(tmp_path / ("d" * 60) / ("e" * 60), "bob")
+    assert indexing.index_socket_path(other) != sock
+    assert indexing.index_socket_path(deep) == sock  # stable across runs
+
+
+def test_the_users_memsearch_config_does_not_reach_the_watcher(tmp_path: Path) -> None:
+    """memsearch's own config resolution, run with the watcher's env and cwd."""
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    indexing.ensure_dirs(layout)
+    write_memsearch_toml(layout, indexing.memsearch_toml(config, layout))
+    cmd = indexing.watcher_command(config, layout, ENDPOINT)
+    probe = subprocess.run([sys.executable, "-m", "memsearch", "config", "list", "--json-output"],
+                           env=dict(cmd.env), cwd=cmd.cwd, capture_output=True, text=True,
+                           check=True)
+    resolved = json.loads(probe.stdout)
+    assert resolved["milvus"]["token"] == ""
+    assert resolved["milvus"]["collection"] == "memd_alice"  # from the generated file
+    assert resolved["embedding"]["batch_size"] == 64
+    assert resolved["chunking"]["max_chunk_size"] == 1500
+    assert resolved["llm"]["model"] == ""
+
+
+def test_dimension_mismatch_is_recognised() -> None:
+    assert indexing.is_dimension_mismatch(
+        "ValueError: Embedding dimension mismatch: collection 'c' has dim=256 but ...")
+    assert not indexing.is_dimension_mismatch("Watching 1 path(s) for changes...")
+
+
+# -- fingerprint and rebuild -----------------------------------------------------------------
+
+
+def test_needs_rebuild_follows_the_embedding_settings(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    layout.ensure()
+    spec = indexing.index_spec(config, layout)
+    assert (spec.provider, spec.model, spec.dimension) == ("wordllama", embedding.MODEL_NAME, 256)
+    assert not indexing.needs_rebuild(layout, spec)  # fresh client, nothing indexed
+    indexing.write_spec(layout, spec)
+    assert not indexing.needs_rebuild(layout, spec)
+    changed = indexing.index_spec(make_config(tmp_path, embedding=EmbeddingConfig(
+        provider="openai", model="text-embedding-3-small")), layout)
+    assert indexing.needs_rebuild(layout, changed)
+    scaled = indexing.index_spec(make_config(tmp_path, milvus=MilvusConfig(uri="http://h:1")),
+                                 layout)
+    assert indexing.needs_rebuild(layout, scaled)
+
+
+def test_unknown_index_data_is_rebuilt(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    layout.ensure()
+    (layout.memsearch_dir / "milvus").mkdir()
+    (layout.memsearch_dir / "milvus" / "LOCK").touch()
+    assert indexing.needs_rebuild(layout, indexing.index_spec(config, layout))
+
+
+def test_rebuild_wipes_the_local_index_but_refuses_while_it_is_open(tmp_path: Path) -> None:
+    from milvus_lite.db import MilvusLite
+
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    layout.ensure()
+    (layout.sessions / "keep.md").write_text("# kept\n\ntext\n", encoding="utf-8")
+    indexing.write_spec(layout, indexing.index_spec(config, layout))
+    db = MilvusLite(str(indexing.milvus_data_dir(layout)))
+    (layout.memsearch_dir / ".index-state.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(indexing.IndexBusyError):
+        indexing.rebuild(layout)
+    db.close()
+    indexing.rebuild(layout)
+    assert list(layout.memsearch_dir.iterdir()) == []
+    assert indexing.read_spec(layout) is None
+    assert (layout.sessions / "keep.md").exists()  # the markdown is the source of truth
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+class RecordingEmbedder:
+    """memd's model, recording the batch sizes the watchers send."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        with self._lock:
+            self.batches.append(len(texts))
+        return embedding.embed(texts)
+
+
+@pytest.fixture
+def recorder() -> RecordingEmbedder:
+    return RecordingEmbedder()
+
+
+@pytest.fixture
+def endpoint(recorder: RecordingEmbedder) -> Iterator[Endpoint]:
+    srv = EmbeddingServer(embedder=recorder)
+    yield srv.start()
+    srv.stop()
+
+
+@dataclass
+class RunningClient:
+    config: Config
+    layout: ClientLayout
+    watcher: Child
+    server: Child | None
+
+    @property
+    def target(self) -> indexing.IndexTarget:
+        return indexing.index_target(self.config, self.layout)
+
+    def rows(self, fields: tuple[str, ...] = ("content", "source", "heading")) -> list[dict]:
+        return index_rows(self.target, fields)
+
+    def searcher(self) -> IndexSearcher:
+        return IndexSearcher(self.target, self.config.embedding, root=self.layout.root)
+
+
+def index_rows(target: indexing.IndexTarget, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=target.uri, token=target.token, dedicated=True)
+    try:
+        if not client.has_collection(target.collection):
+            return []
+        client.load_collection(target.collection)
+        return client.query(target.collection, filter='chunk_hash != ""',
+                            output_fields=["chunk_hash", *fields])
+    finally:
+        client.close()
+
+
+def start_client(children: list[Child], config: Config, client_id: str,
+                 endpoint: Endpoint | None, settings: IndexSettings = IndexSettings(),
+                 prepare: bool = True, server: bool = True) -> RunningClient:
+    """What the supervisor does for one client, with plain subprocesses."""
+    layout = ClientLayout(config.memory_dir, client_id)
+    indexing.ensure_dirs(layout)
+    if prepare:
+        indexing.prepare_index(config, layout)
+    write_memsearch_toml(layout, indexing.memsearch_toml(config, layout, settings))
+    index_child = None
+    server_cmd = indexing.index_server_command(config, layout) if server else None
+    if server_cmd is not None:
+        index_child = Child(server_cmd.argv, layout.logs_dir / "index.log", dict(server_cmd.env),
+                            server_cmd.cwd)
+        children.append(index_child)
+        sock = indexing.index_socket_path(layout)
+        wait_for(lambda: index_ready(sock), what="index server")
+    watcher = start_watcher(children, config, layout, endpoint)
+    return RunningClient(config, layout, watcher, index_child)
+
+
+def start_watcher(children: list[Child], config: Config, layout: ClientLayout,
+                  endpoint: Endpoint | None) -> Child:
+    cmd = indexing.watcher_command(config, layout, endpoint)
+    watcher = Child(cmd.argv, layout.logs_dir / "watcher.log", dict(cmd.env), cmd.cwd)
+    children.append(watcher)
+    return watcher
+
+
+def wait_watching(client: RunningClient) -> None:
+    wait_for(lambda: "Watching" in client.watcher.output()
+             or client.watcher.proc.poll() is not None, what="watcher start")
+    assert client.watcher.proc.poll() is None, client.watcher.output()
+
+
+EXCHANGE = ("# Conversation 1 (2026-11-30 09:00:00 UTC)\n\n"
+            "## 2026-11-30 09:00:01 UTC · exchange 1\n\n"
+            "**User:** Which port does the staging database listen on?\n\n"
+            "**Assistant:** The staging Postgres listens on port 6543 behind pgbouncer.\n")
+
+
+@pytest.mark.slow
+def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
+        tmp_path: Path, children: list[Child], endpoint: Endpoint,
+        recorder: RecordingEmbedder) -> None:
+    config = make_config(tmp_path)
+    client = start_client(children, config, "alice", endpoint)
+    wait_watching(client)
+    session = client.layout.sessions / "s1.md"
+    session.write_text(EXCHANGE, encoding="utf-8")
+    searcher = client.searcher()
+    try:
+        hits = wait_for(lambda: searcher.search("staging database port", top_k=3),
+                        what="the exchange to be searchable")
+        assert "6543" in hits[0].content
+        assert hits[0].source == str(session.resolve())
+        assert recorder.batches, "the watcher did not embed through memd's endpoint"
+
+        # The vector recall computes for a text is the one the watcher stored for it.
+        from memsearch.chunker import clean_content_for_embedding
+
+        (row,) = client.rows(("content", "embedding"))
+        stored = row["embedding"]
+        ours = embedding.embed_one(clean_content_for_embedding(row["content"]))
+        assert len(stored) == 256
+        assert max(abs(a - b) for a, b in zip(stored, ours, strict=True)) < 1e-6
+
+        # The user's personal memsearch config did not reach the watcher.
+        assert client.target.collection == "memd_alice"
+        assert not (tmp_path / "userhome" / "elsewhere").exists()
+
+        session.unlink()
+        wait_for(lambda: not client.rows(), what="the deleted file's chunks to go")
+        assert searcher.search("staging database port") == []
+    finally:
+        searcher.close()
+
+
+@pytest.mark.slow
+def test_generated_settings_take_effect(tmp_path: Path, children: list[Child],
+                                        endpoint: Endpoint, recorder: RecordingEmbedder) -> None:
+    """Chunk size, batch size and debounce from the generated .memsearch.toml are what the
+    watcher uses (memsearch's defaults are 1500 chars, the provider's batch, 1500 ms)."""
+    config = make_config(tmp_path)
+    settings = IndexSettings(debounce_ms=4000, max_chunk_size=300, batch_size=2)
+    layout = ClientLayout(config.memory_dir, "alice")
+    indexing.ensure_dirs(layout)
+    long_answer = "\n\n".join(f"Paragraph {i}: " + "the deployment uses blue green. " * 6
+                              for i in range(5))
+    (layout.sessions / "long.md").write_text(
+        "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** explain the deployment\n\n"
+        f"**Assistant:** {long_answer}\n", encoding="utf-8")
+    client = start_client(children, config, "alice", endpoint, settings)
+    wait_watching(client)
+    rows = client.rows()
+    assert len(rows) > 3
+    assert max(len(r["content"]) for r in rows) <= 300  # chunking.max_chunk_size
+    assert max(recorder.batches) == 2  # embedding.batch_size (the trial embed is 1)
+
+    # Debounce: three writes 2 s apart. memsearch's default (1500 ms) would index after
+    # each of them; 4000 ms folds them into one event.
+    notes = client.layout.sessions / "notes.md"
+    for i in range(3):
+        with notes.open("a", encoding="utf-8") as fh:
+            fh.write(f"## 2026-11-30 10:00:0{i} UTC · exchange {i + 1}\n\n**User:** note {i}\n\n")
+        time.sleep(2.0)
+    wait_for(lambda: "from " + str(notes.resolve()) in client.watcher.output(),
+             what="the notes to be indexed")
+    time.sleep(1.0)
+    events = [ln for ln in client.watcher.output().splitlines()
+              if ln.startswith("Indexed") and ln.endswith(str(notes.resolve()))]
+    assert len(events) == 1, events
+
+
+def _bag_of_words(dim: int):
+    """A small deterministic embedding for the stand-in remote API."""
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            vec = [0.0] * dim
+            for word in re.findall(r"\w+", text.lower()):
+                vec[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dim] += 1.0
+            norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+            out.append([x / norm for x in vec])
+        return out
+
+    return embed
+
+
+@pytest.mark.slow
+def test_model_change_rebuilds_the_index_instead_of_crash_looping(
+        tmp_path: Path, children: list[Child], endpoint: Endpoint) -> None:
+    remote = EmbeddingServer(embedder=_bag_of_words(64), model="remote-embed-64",
+                             api_key="sk-remote")
+    remote_ep = remote.start()
+    try:
+        old = make_config(tmp_path)
+        client = start_client(children, old, "alice", endpoint)
+        (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
+        wait_for(lambda: client.rows(("embedding",)), what="first indexing")
+        assert len(client.rows(("embedding",))[0]["embedding"]) == 256
+
+        new = make_config(tmp_path, embedding=EmbeddingConfig(
+            provider="openai", model="remote-embed-64", base_url=remote_ep.base_url,
+            api_key="sk-remote"))
+        layout = client.layout
+        assert indexing.needs_rebuild(layout, indexing.index_spec(new, layout))
+
+        # What happens without a rebuild: memsearch refuses to start, every time.
+        client.watcher.stop()
+        naive = start_watcher(children, new, layout, None)
+        assert naive.wait(60) != 0
+        assert indexing.is_dimension_mismatch(naive.output())
+
+        # memd's way: stop the client's processes, rebuild, start again.
+        assert client.server is not None
+        client.server.stop()
+        rebuilt = start_client(children, new, "alice", None)
+        assert indexing.read_spec(layout) == indexing.index_spec(new, layout)
+        rows = wait_for(lambda: rebuilt.rows(("embedding",)), what="re-indexing")
+        assert {len(r["embedding"]) for r in rows} == {64}
+        searcher = rebuilt.searcher()  # recall embeds with memsearch's openai provider
+        try:
+            assert "6543" in searcher.search("staging database port")[0].content
+        finally:
+            searcher.close()
+        assert rebuilt.watcher.proc.poll() is None
+    finally:
+        remote.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_scale_out_gives_each_client_its_own_collection(tmp_path: Path, children: list[Child],
+                                                       endpoint: Endpoint) -> None:
+    """A Milvus Lite gRPC server on TCP stands in for a remote Milvus."""
+    port = _free_port()
+    milvus = Child([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
+                    str(tmp_path / "remote-milvus"), "--host", "127.0.0.1", "--port", str(port)],
+                   tmp_path / "milvus.log")
+    children.append(milvus)
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, what="the stand-in Milvus server")
+    config = make_config(tmp_path, milvus=MilvusConfig(uri=f"http://127.0.0.1:{port}"))
+    alice = start_client(children, config, "alice", endpoint)
+    bob = start_client(children, config, "bob", endpoint)
+    assert alice.server is None and bob.server is None
+    (alice.layout.sessions / "a.md").write_text(EXCHANGE, encoding="utf-8")
+    (bob.layout.sessions / "b.md").write_text(
+        "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** favourite fruit?\n\n"
+        "**Assistant:** Bob likes mangoes.\n", encoding="utf-8")
+    searchers = [alice.searcher(), bob.searcher()]
+    try:
+        wait_for(lambda: searchers[0].search("staging database"), what="alice's index")
+        wait_for(lambda: searchers[1].search("mangoes"), what="bob's index")
+        assert {r["source"] for r in alice.rows()} == {str((alice.layout.sessions / "a.md")
+                                                           .resolve())}
+        assert all("mango" not in h.content for h in searchers[0].search("mangoes fruit"))
+        assert all("6543" not in h.content for h in searchers[1].search("staging database"))
+    finally:
+        for s in searchers:
+            s.close()
+    from pymilvus import MilvusClient
+
+    remote = MilvusClient(uri=f"http://127.0.0.1:{port}", dedicated=True)
+    assert {"memd_alice", "memd_bob"} <= set(remote.list_collections())
+    remote.close()
+
+
+@pytest.mark.slow
+def test_watcher_keeps_indexing_across_an_index_server_restart(
+        tmp_path: Path, children: list[Child], endpoint: Endpoint) -> None:
+    """The supervisor may restart an index server alone; the running watcher must go on."""
+    config = make_config(tmp_path)
+    client = start_client(children, config, "alice", endpoint)
+    wait_watching(client)
+    session = client.layout.sessions / "s1.md"
+    session.write_text(EXCHANGE, encoding="utf-8")
+    wait_for(lambda: client.rows(), what="first indexing")
+    assert client.server is not None
+    client.server.stop()
+    cmd = indexing.index_server_command(config, client.layout)
+    assert cmd is not None
+    restarted = Child(cmd.argv, tmp_path / "index-2.log", dict(cmd.env), cmd.cwd)
+    children.append(restarted)
+    wait_for(lambda: index_ready(indexing.index_socket_path(client.layout)), what="restart")
+    with session.open("a", encoding="utf-8") as fh:
+        fh.write("## 2026-11-30 09:05:00 UTC · exchange 2\n\n**User:** and production?\n\n"
+                 "**Assistant:** Production uses port 5432.\n")
+    wait_for(lambda: len(client.rows()) == 2, what="the new exchange to be indexed")
+    assert client.watcher.proc.poll() is None

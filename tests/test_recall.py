@@ -1,0 +1,689 @@
+"""MemoryRecall: arguments, labels, the char budget, isolation, and recall against a real index.
+
+Unit tests build `Hit`s and transcripts by hand; the integration tests record with
+`ClientSessions` (the real recording code), index with a real index server and
+`memsearch watch` (tests/support/index.py) and recall through `memd.recall` and the
+JSON-RPC methods of `memd.api_recall` on a real `Dispatcher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from memd import api_recall
+from memd import recall as rc
+from memd.compaction import render_summary
+from memd.config import Config, EmbeddingConfig, parse_config
+from memd.embed_server import EmbeddingServer
+from memd.indexing import IndexTarget
+from memd.layout import ClientLayout
+from memd.rpc import Dispatcher, Registry
+from memd.runtime import ClientRuntime, Runtime
+from memd.search import Hit, IndexSearcher, IndexUnavailableError
+from memd.sessions import ClientSessions
+from tests.support.index import ClientIndex, client_config
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2026-11-01", datetime(2026, 11, 1, tzinfo=UTC)),
+    ("2026-11-01T14:00", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
+    ("2026-11-01 14:00:30", datetime(2026, 11, 1, 14, 0, 30, tzinfo=UTC)),
+    ("2026-11-01T14:00:00Z", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
+    ("2026-11-01T14:00+02:00", datetime(2026, 11, 1, 12, 0, tzinfo=UTC)),
+    ("  2026-11-01T14:00:00-05:30 ", datetime(2026, 11, 1, 19, 30, tzinfo=UTC)),
+    ("30m", NOW - timedelta(minutes=30)),
+    ("6h", NOW - timedelta(hours=6)),
+    ("2d", NOW - timedelta(days=2)),
+    ("1w", NOW - timedelta(weeks=1)),
+    ("1.5h", NOW - timedelta(minutes=90)),
+    ("2D ago", NOW - timedelta(days=2)),
+])
+def test_parse_time_accepts_iso_and_relative_forms(text: str, expected: datetime) -> None:
+    assert rc.parse_time(text, "after", NOW) == expected
+
+
+@pytest.mark.parametrize("value", ["yesterday", "5x", "2026-13-01", "30 minutes", "-2d",
+                                   "", "   ", 5, None, ["2d"], "9" * 30 + "w"])
+def test_parse_time_rejects_with_the_accepted_forms(value: Any) -> None:
+    with pytest.raises(rc.RecallArgumentError) as err:
+        rc.parse_time(value, "before", NOW)
+    assert err.value.param == "before"
+    message = err.value.message
+    assert "before" in message
+    if "too far back" not in message:
+        for form in ("2026-11-01", "2026-11-01T14:00", "30m", "6h", "2d", "1w"):
+            assert form in message
+
+
+def test_parse_arguments_defaults_and_forgiven_top_k() -> None:
+    args = rc.parse_arguments({"query": "  tomatoes  "}, 5, NOW)
+    assert args == rc.RecallArgs("tomatoes", 5, None, None)
+    assert rc.parse_arguments({"query": "q", "top_k": "7"}, 5, NOW).top_k == 7
+    assert rc.parse_arguments({"query": "q", "top_k": 3.0}, 5, NOW).top_k == 3
+    assert rc.parse_arguments({"query": "q", "after": "", "before": None}, 5, NOW).after is None
+    both = rc.parse_arguments({"query": "q", "after": "2d", "before": "1h"}, 5, NOW)
+    assert both.after == NOW - timedelta(days=2) and both.before == NOW - timedelta(hours=1)
+
+
+@pytest.mark.parametrize(("arguments", "param", "fragment"), [
+    ({}, "query", "non-empty"),
+    ({"query": "   "}, "query", "non-empty"),
+    ({"query": 42}, "query", "non-empty"),
+    ({"query": "x" * (rc.MAX_QUERY_CHARS + 1)}, "query", "under"),
+    ({"query": "q", "top_k": 0}, "top_k", "1 to 20"),
+    ({"query": "q", "top_k": 21}, "top_k", "1 to 20"),
+    ({"query": "q", "top_k": True}, "top_k", "integer"),
+    ({"query": "q", "top_k": 2.5}, "top_k", "integer"),
+    ({"query": "q", "top_k": "five"}, "top_k", "integer"),
+    ({"query": "q", "after": "1d", "before": "2d"}, "after", "earlier than"),
+    ({"query": "q", "after": "2026-11-02", "before": "2026-11-02"}, "after", "earlier than"),
+    ({"query": "q", "topk": 3}, "topk", "accepted: query, top_k, after, before"),
+])
+def test_parse_arguments_errors_name_the_argument(arguments: dict[str, Any], param: str,
+                                                  fragment: str) -> None:
+    with pytest.raises(rc.RecallArgumentError) as err:
+        rc.parse_arguments(arguments, 5, NOW)
+    assert err.value.param == param
+    assert fragment in err.value.message
+
+
+def test_top_k_limit_follows_a_larger_search_top_k() -> None:
+    assert rc.parse_arguments({"query": "q", "top_k": 40}, 50, NOW).top_k == 40
+    assert rc.tool_definition("X", 50)["inputSchema"]["properties"]["top_k"]["maximum"] == 50
+
+
+def test_tool_definition_is_valid_json_schema_and_matches_the_parser() -> None:
+    tool = rc.tool_definition("Recall2", 7)
+    assert tool["name"] == "Recall2"
+    schema = tool["inputSchema"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["required"] == ["query"]
+    assert schema["properties"]["top_k"]["default"] == 7
+    validator = jsonschema.Draft202012Validator(schema)
+    good = {"query": "tomatoes", "top_k": 3, "after": "2026-11-01T14:00Z", "before": "2d"}
+    validator.validate(good)
+    rc.parse_arguments(good, 7, NOW)
+    for bad in ({}, {"query": "q", "extra": 1}, {"query": "q", "top_k": 0}):
+        assert not validator.is_valid(bad)
+        with pytest.raises(rc.RecallArgumentError):
+            rc.parse_arguments(bad, 7, NOW)
+    for word in ("30m", "6h", "2d", "1w", "2026-11-01"):
+        assert word in schema["properties"]["after"]["description"]
+    text = rc.instructions("Recall2")
+    assert "Recall2" in text and "after" in text and "before" in text
+    assert rc.NO_RESULTS in text
+
+
+# -- labels, expand, isolation ---------------------------------------------------------------
+
+SESSION = "2026-11-30T02-41-07Z-3f9a"
+
+
+def _hit(source: Path | str, start: int, end: int, heading: str = "", level: int = 2,
+         content: str = "", score: float = 0.9, chunk: str = "c0ffee") -> Hit:
+    from memd.search import exchange_time
+
+    return Hit(chunk_hash=chunk, source=str(source), heading=heading, heading_level=level,
+               content=content, score=score, start_line=start, end_line=end,
+               when=exchange_time(heading))
+
+
+async def _record(layout: ClientLayout, *exchanges: tuple[str, str, str, str]) -> Path:
+    """Record (conversation_id, user, assistant, timestamp) with the real recording code."""
+    path = None
+    async with ClientSessions(layout) as sessions:
+        for conv, user, assistant, stamp in exchanges:
+            path = (await sessions.record_exchange(conv, user, assistant, stamp))["path"]
+    assert path is not None
+    return Path(path)
+
+
+def _lines_of(path: Path, heading: str) -> int:
+    """1-based line of a heading in a file, as memsearch numbers chunk lines."""
+    return path.read_text(encoding="utf-8").split("\n").index(heading) + 1
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> ClientLayout:
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    layout.ensure()
+    return layout
+
+
+def test_transcript_label_names_session_conversation_and_time(layout: ClientLayout) -> None:
+    path = asyncio.run(_record(
+        layout,
+        ("a", "first question", "first answer", "2026-11-01T10:00:00Z"),
+        ("b", "second conversation", "its answer", "2026-11-02T11:00:00Z"),
+        ("b", "more in it", "more answer", "2026-11-02T11:05:00Z"),
+    ))
+    heading = "## 2026-11-02 11:05:00 UTC · exchange 2"
+    line = _lines_of(path, heading)
+    hit = _hit(path, line, line + 4, heading[3:])
+    [memory] = rc.collect([hit], layout, 5)
+    src = memory.source
+    assert (src.kind, src.session_id, src.conversation) == ("transcript", path.stem, 2)
+    assert src.when == "2026-11-02 11:05:00 UTC"
+    assert src.path == f"sessions/{path.name}"
+    assert src.label == (f"transcript · session {path.stem} · conversation 2 · "
+                         "2026-11-02 11:05:00 UTC")
+    assert memory.content.startswith(heading)
+    assert "**User:** more in it" in memory.content and "second conversation" not in memory.content
+
+
+def test_summary_and_other_files_are_labelled_without_absolute_paths(
+        layout: ClientLayout) -> None:
+    start, end = datetime(2026, 11, 1, 9, tzinfo=UTC), datetime(2026, 11, 1, 12, tzinfo=UTC)
+    text = render_summary("alice", SESSION, "## Garden\n\nWe planned the greenhouse.",
+                          start=start, end=end, compacted_at=end.timestamp(), provider="openai",
+                          model="m", parts=1, source_sha256="0" * 64)
+    summary = layout.summary_file(SESSION)
+    summary.write_text(text, encoding="utf-8")
+    heading = next(line for line in text.split("\n") if "· summary · Garden" in line)
+    line = _lines_of(summary, heading)
+    level = len(heading) - len(heading.lstrip("#"))
+    hit = _hit(summary, line, line + 2, heading[level + 1:], level=level)
+    [memory] = rc.collect([hit], layout, 5)
+    assert "We planned the greenhouse." in memory.content
+    assert memory.source.kind == "summary"
+    assert memory.source.session_id == SESSION
+    assert memory.source.label == (f"summary · session {SESSION} · 2026-11-01 09:00:00 UTC – "
+                                   "2026-11-01 12:00:00 UTC")
+    notes = layout.sessions / "sub" / "notes.md"
+    notes.parent.mkdir()
+    notes.write_text("# Notes\n\nbring the seeds\n", encoding="utf-8")
+    [other] = rc.collect([_hit(notes, 1, 3, "Notes", level=1)], layout, 5)
+    assert other.source.label == "file · sessions/sub/notes.md"
+    rendered = rc.render([memory, other])
+    assert str(layout.root) not in repr(rendered) and str(layout.memory_dir) not in repr(rendered)
+
+
+def test_expand_refuses_sources_outside_the_clients_sessions(tmp_path: Path,
+                                                             layout: ClientLayout) -> None:
+    bob = ClientLayout(layout.memory_dir, "bob")
+    bob.ensure()
+    secret = ("x", "bob's secret is tangerine", "noted", NOW.isoformat())
+    bob_file = asyncio.run(_record(bob, secret))
+    heading = "## 2026-11-30 12:00:00 UTC · exchange 1"
+    line = _lines_of(bob_file, heading)
+    archived = layout.archive / "old.md"
+    archived.write_text(f"{heading}\n\n**User:** archived tangerine\n", encoding="utf-8")
+    outside = tmp_path / "outside.md"
+    outside.write_text(f"{heading}\n\n**User:** outside tangerine\n", encoding="utf-8")
+    link = layout.sessions / "link.md"
+    link.symlink_to(outside)
+    crafted = [
+        _hit(bob_file, line, line + 4, heading[3:], content="bob's secret is tangerine"),
+        _hit(layout.sessions / ".." / ".." / "bob" / "sessions" / bob_file.name, line, line + 4,
+             heading[3:], content="bob's secret is tangerine"),
+        _hit(archived, 1, 3, heading[3:], content="archived tangerine"),
+        _hit(outside, 1, 3, heading[3:], content="outside tangerine"),
+        _hit(link, 1, 3, heading[3:], content="outside tangerine"),
+        _hit("relative/sessions/x.md", 1, 3, heading[3:], content="tangerine"),
+        _hit(layout.sessions, 1, 3, heading[3:], content="tangerine"),
+    ]
+    assert rc.collect(crafted, layout, 10) == []
+    assert "tangerine" not in rc.render(rc.collect(crafted, layout, 10))["text"]
+    assert rc.contained_path(str(layout.sessions / "a.md"), layout.sessions.resolve())
+
+
+def test_deleted_files_front_matter_and_shared_sections_are_dropped(
+        layout: ClientLayout) -> None:
+    path = asyncio.run(_record(layout, ("a", "tomatoes " * 300, "water daily " * 300,
+                                        "2026-11-01T10:00:00Z")))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    heading = "## 2026-11-01 10:00:00 UTC · exchange 1"
+    line = _lines_of(path, heading)
+    front = "\n".join(lines[:5])
+    hits = [
+        _hit(path, 1, 5, "", level=0, content=front, score=0.99, chunk="front"),
+        _hit(path, line, line + 2, heading[3:], score=0.9, chunk="part1"),
+        _hit(path, line + 3, line + 4, heading[3:], score=0.8, chunk="part2"),
+        _hit(layout.sessions / "gone.md", 1, 3, heading[3:], content="deleted", chunk="gone"),
+    ]
+    memories = rc.collect(hits, layout, 5)
+    assert [m.chunk_hash for m in memories] == ["part1"]
+    assert "client_id:" not in memories[0].content
+    assert memories[0].content.rstrip().endswith("water daily")
+
+
+def test_top_k_counts_distinct_sections(layout: ClientLayout) -> None:
+    path = asyncio.run(_record(layout, *[
+        ("a", f"question {i}", f"answer {i}", f"2026-11-0{i}T10:00:00Z") for i in range(1, 5)]))
+    hits = []
+    for i in range(1, 5):
+        heading = f"## 2026-11-0{i} 10:00:00 UTC · exchange {i}"
+        line = _lines_of(path, heading)
+        hits += [_hit(path, line, line + 4, heading[3:], chunk=f"h{i}a"),
+                 _hit(path, line, line + 4, heading[3:], chunk=f"h{i}b")]
+    memories = rc.collect(hits, layout, 3)
+    assert [m.chunk_hash for m in memories] == ["h1a", "h2a", "h3a"]
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _memory(content: str, score: float = 0.8, focus: int = 0, n: int = 1) -> rc.Memory:
+    source = rc.Source(f"sessions/{SESSION}.md", "transcript", SESSION, n,
+                       "2026-11-01 10:00:00 UTC")
+    heading = content.split("\n", 1)[0].lstrip("# ")
+    return rc.Memory(source, heading, content, score, f"hash{n}", focus)
+
+
+def test_no_results_text_is_exact() -> None:
+    assert rc.render([]) == {"results": [], "text": "No relevant memories found."}
+
+
+def test_text_numbers_results_with_labels_scores_and_content() -> None:
+    first = _memory("## 2026-11-01 10:00:00 UTC · exchange 1\n\n**User:** tomatoes?\n\n"
+                    "**Assistant:** water them", score=0.987, n=1)
+    second = _memory("## 2026-11-02 10:00:00 UTC · exchange 2\n\n**User:** Grüße 🌱", 0.5, n=2)
+    out = rc.render([first, second])
+    assert out["text"] == (
+        "Found 2 memories in past conversations with this user (most relevant first):\n\n"
+        f"[1] relevance 0.99 · transcript · session {SESSION} · conversation 1 · "
+        "2026-11-01 10:00:00 UTC\n" + first.content + "\n\n"
+        f"[2] relevance 0.50 · transcript · session {SESSION} · conversation 2 · "
+        "2026-11-01 10:00:00 UTC\n" + second.content)
+    assert [r["chunk_hash"] for r in out["results"]] == ["hash1", "hash2"]
+    result = out["results"][0]
+    assert set(result) >= {"source", "heading", "content", "score", "chunk_hash"}
+    assert result["source"] == f"sessions/{SESSION}.md" and result["score"] == 0.987
+    assert result["truncated"] is False
+
+
+def test_char_budget_bounds_the_text_and_shares_it_fairly() -> None:
+    short = _memory("## short\n\n**User:** brief", n=1)
+    longs = [_memory("## long\n\n" + ("word " * 5000), n=i) for i in range(2, 6)]
+    out = rc.render([short, *longs], budget=4000)
+    assert len(out["text"]) <= 4000
+    assert short.content in out["text"]  # short sections are never cut
+    assert all(r["truncated"] for r in out["results"][1:])
+    sizes = [len(r["content"]) for r in out["results"][1:]]
+    assert max(sizes) - min(sizes) <= 20  # the rest is shared evenly
+    assert all(r["content"].endswith("[… truncated]") for r in out["results"][1:])
+
+
+def test_too_many_sections_for_the_budget_drop_the_least_relevant() -> None:
+    memories = [_memory("## m\n\n" + "x " * 2000, score=1 - i / 100, n=i) for i in range(20)]
+    out = rc.render(memories, budget=2000)
+    assert len(out["text"]) <= 2000
+    assert 1 <= len(out["results"]) < 20
+    assert [r["chunk_hash"] for r in out["results"]] == [f"hash{i}"
+                                                         for i in range(len(out["results"]))]
+    assert "less relevant memories left out" in out["text"]
+
+
+def test_clip_keeps_the_heading_and_the_matched_chunk() -> None:
+    lines = ["## 2026-11-01 10:00:00 UTC · exchange 1", "", "**User:** the question",
+             *[f"filler line {i} " + "x" * 60 for i in range(200)], "NEEDLE is here",
+             *[f"tail {i}" for i in range(50)]]
+    text = "\n".join(lines)
+    clipped = rc.clip(text, 1000, focus_line=lines.index("NEEDLE is here"))
+    assert len(clipped) <= 1000
+    assert clipped.startswith(lines[0])
+    assert "NEEDLE is here" in clipped and "[…]" in clipped
+    head_only = rc.clip(text, 1000, focus_line=2)
+    assert len(head_only) <= 1000 and "the question" in head_only and "[…]\n" not in head_only
+    assert rc.clip("short", 1000) == "short"
+
+
+def test_allot_gives_short_ones_all_and_splits_the_rest() -> None:
+    assert rc.allot([10, 1000, 1000], 610) == [10, 300, 300]
+    assert rc.allot([5, 5], 100) == [5, 5]
+    assert sum(rc.allot([7, 900, 13, 400], 500)) <= 500
+
+
+# -- against a real index ---------------------------------------------------------------------
+
+RECENT = datetime.now(UTC).replace(microsecond=0)
+ALICE = [
+    ("garden", "When should I water the greenhouse tomatoes?",
+     "Water the greenhouse tomatoes every morning before 9.", "2026-11-05T09:00:00Z"),
+    ("garden", "And how do I prune the greenhouse tomatoes?",
+     "Prune the greenhouse tomatoes by pinching out side shoots.", "2026-11-05T15:00:00Z"),
+    ("travel", "Über die Straßenbahn in Zürich 🚋?",
+     "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。",
+     "2026-11-06T08:00:00Z"),
+    ("bread", "My sourdough starter smells of acetone, is it dead?",
+     "No: feed the sourdough starter twice a day for three days.",
+     (RECENT - timedelta(days=3)).isoformat()),
+    ("bread", "The sourdough starter doubled overnight now!",
+     "Great, the sourdough starter is ready for baking.",
+     (RECENT - timedelta(hours=2)).isoformat()),
+    ("space", "What is the capital of Australia?", "Canberra is the capital of Australia.",
+     "2026-10-01T10:00:00Z"),
+]
+BOB = [("secret", "Remember: the launch code for Project Nightingale is tangerine-42.",
+        "Noted, Project Nightingale uses tangerine-42.", "2026-11-07T10:00:00Z")]
+
+
+@pytest.fixture(scope="module")
+def embed_server() -> Iterator[EmbeddingServer]:
+    with EmbeddingServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory,
+            embed_server: EmbeddingServer) -> Iterator[dict[str, ClientIndex]]:
+    """alice and bob, each with their own index server, watcher and transcripts."""
+    config = client_config(tmp_path_factory.mktemp("recall") / "memory", "alice", "bob")
+    indexes = {cid: ClientIndex(config, cid, embed_server) for cid in ("alice", "bob")}
+    try:
+        for cid, exchanges in (("alice", ALICE), ("bob", BOB)):
+            index = indexes[cid].start()
+            asyncio.run(_record(index.layout, *exchanges))
+        indexes["alice"].wait_rows(len(ALICE))
+        indexes["bob"].wait_rows(len(BOB))
+        yield indexes
+    finally:
+        for index in indexes.values():
+            index.stop()
+
+
+def _recall(index: ClientIndex, query: str, top_k: int = 5, after: str | None = None,
+            before: str | None = None, **kw: Any) -> dict[str, Any]:
+    args = rc.parse_arguments({"query": query, "top_k": top_k, "after": after,
+                               "before": before}, 5)
+    return asyncio.run(rc.recall(index.searcher, args.query, args.top_k, args.after,
+                                 args.before, index.layout, **kw))
+
+
+@pytest.mark.slow
+def test_recall_finds_the_right_exchange(indexed: dict[str, ClientIndex]) -> None:
+    alice = indexed["alice"]
+    out = _recall(alice, "capital of Australia", top_k=3)
+    best = out["results"][0]
+    assert "Canberra is the capital of Australia." in best["content"]
+    assert best["heading"] == "2026-10-01 10:00:00 UTC · exchange 1"
+    assert best["kind"] == "transcript" and best["when"] == "2026-10-01 10:00:00 UTC"
+    assert best["source"].startswith("sessions/") and 0 < best["score"] <= 1
+    assert out["text"].startswith("Found 3 memories")
+    assert "[1] relevance" in out["text"] and "Canberra" in out["text"].split("[2]")[0]
+    assert str(alice.layout.memory_dir) not in repr(out)
+    assert all("client_id:" not in r["content"] for r in out["results"])
+
+
+@pytest.mark.slow
+def test_time_filters_select_single_exchanges_of_one_file(
+        indexed: dict[str, ClientIndex]) -> None:
+    alice = indexed["alice"]
+    both = _recall(alice, "greenhouse tomatoes", top_k=2)
+    assert {r["source"] for r in both["results"]} == {both["results"][0]["source"]}
+    assert {r["when"] for r in both["results"]} == {"2026-11-05 09:00:00 UTC",
+                                                    "2026-11-05 15:00:00 UTC"}
+    later = _recall(alice, "greenhouse tomatoes", after="2026-11-05T12:00")
+    assert [r["when"] for r in later["results"]][:1] == ["2026-11-05 15:00:00 UTC"]
+    assert all("09:00:00" not in r["when"] for r in later["results"])
+    earlier = _recall(alice, "greenhouse tomatoes", before="2026-11-05T12:00:00Z")
+    assert "Water the greenhouse tomatoes" in earlier["results"][0]["content"]
+    assert all(r["when"] < "2026-11-05 12" for r in earlier["results"])
+    exact = _recall(alice, "greenhouse tomatoes", after="2026-11-05T15:00:00Z",
+                    before="2026-11-05T15:00:01Z")
+    assert [r["when"] for r in exact["results"]] == ["2026-11-05 15:00:00 UTC"]
+    day = _recall(alice, "tomatoes", after="2026-11-05", before="2026-11-06")
+    assert len(day["results"]) == 2
+
+
+@pytest.mark.slow
+def test_relative_time_filters(indexed: dict[str, ClientIndex]) -> None:
+    alice = indexed["alice"]
+    recent = _recall(alice, "sourdough starter", after="1d")
+    assert [r["content"] for r in recent["results"]] and all(
+        "doubled overnight" in r["content"] for r in recent["results"])
+    old = _recall(alice, "sourdough starter", after="1w", before="1d")
+    assert "acetone" in old["results"][0]["content"]
+    assert all("doubled" not in r["content"] for r in old["results"])
+
+
+@pytest.mark.slow
+def test_filters_that_exclude_everything_say_no_memories(
+        indexed: dict[str, ClientIndex]) -> None:
+    out = _recall(indexed["alice"], "greenhouse tomatoes", after="2020-01-01",
+                  before="2020-01-02")
+    assert out == {"results": [], "text": rc.NO_RESULTS}
+
+
+@pytest.mark.slow
+def test_unicode_queries_and_content(indexed: dict[str, ClientIndex]) -> None:
+    alice = indexed["alice"]
+    for query in ("Straßenbahn Zürich", "Москве метро"):
+        best = _recall(alice, query, top_k=1)["results"][0]
+        assert "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。" \
+            in best["content"]
+        assert "🚋" in best["content"]
+
+
+@pytest.mark.slow
+def test_isolation_between_clients(indexed: dict[str, ClientIndex]) -> None:
+    alice, bob = indexed["alice"], indexed["bob"]
+    bob_hits = bob.searcher.search("Project Nightingale tangerine", 3)
+    assert bob_hits and "tangerine-42" in bob_hits[0].content
+    probes = ["Project Nightingale launch code tangerine-42", bob_hits[0].chunk_hash,
+              bob_hits[0].source, f"bob {Path(bob_hits[0].source).name}", "launch code"]
+    for query in probes:
+        out = _recall(alice, query, top_k=20)
+        assert "Nightingale" not in repr(out) and "tangerine" not in repr(out), query
+        assert "bob" not in "".join(r["source"] for r in out["results"])
+    # Even a hit of bob's handed to alice's expand is never resolved.
+    assert rc.collect(bob_hits, alice.layout, 5) == []
+    own = _recall(bob, "Project Nightingale", top_k=1)
+    assert "tangerine-42" in own["text"]
+
+
+@pytest.mark.slow
+def test_empty_index_says_no_memories(tmp_path: Path, embed_server: EmbeddingServer) -> None:
+    index = ClientIndex(client_config(tmp_path / "memory", "carol"), "carol", embed_server)
+    try:
+        index.start()
+        assert _recall(index, "anything at all") == {"results": [], "text": rc.NO_RESULTS}
+    finally:
+        index.stop()
+
+
+def test_unreachable_or_silent_index_is_unavailable_never_a_hang(tmp_path: Path,
+                                                                 layout: ClientLayout) -> None:
+    with pytest.raises(IndexUnavailableError):
+        asyncio.run(rc.recall(None, "q", 5, None, None, layout))
+    missing = IndexSearcher(IndexTarget(f"unix:{tmp_path}/none.sock", "memd_alice"),
+                            EmbeddingConfig(), root=layout.root, timeout=2)
+    silent_path = tmp_path / "silent.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(silent_path))
+    listener.listen(8)  # accepts connections, never answers
+    silent = IndexSearcher(IndexTarget(f"unix:{silent_path}", "memd_alice"), EmbeddingConfig(),
+                           root=layout.root, timeout=2)
+    try:
+        for searcher in (missing, silent):
+            with pytest.raises(IndexUnavailableError):
+                asyncio.run(rc.recall(searcher, "q", 5, None, None, layout, timeout=1.0))
+    finally:
+        missing.close()
+        silent.close()
+        listener.close()
+
+
+# -- the JSON-RPC methods ---------------------------------------------------------------------
+
+
+class _App:
+    """What api_recall reads from the daemon: the config in force and the live runtime."""
+
+    def __init__(self, config: Config, searchers: dict[str, Any]) -> None:
+        self.config = config
+        self.runtime = Runtime(config)
+        for cid, searcher in searchers.items():
+            layout = ClientLayout(config.memory_dir, cid)
+            self.runtime.clients[cid] = _client_runtime(layout, searcher)
+
+
+def _client_runtime(layout: ClientLayout, searcher: Any) -> ClientRuntime:
+    names = {f.name for f in dataclasses.fields(ClientRuntime)}
+    kwargs: dict[str, Any] = {"layout": layout, "sessions": ClientSessions(layout)}
+    if "searcher" in names:
+        kwargs["searcher"] = searcher
+    runtime = ClientRuntime(**kwargs)
+    runtime.searcher = searcher  # type: ignore[attr-defined]
+    return runtime
+
+
+def _config(memory_dir: Path, **extra: Any) -> Config:
+    return parse_config({"memory_dir": str(memory_dir), **extra, "clients": {
+        "alice": {"memory_enabled": True, "mode": "both"},
+        "bob": {"memory_enabled": True, "mode": "mcp_via_llm"},
+        "starting": {"memory_enabled": True},
+        "off": {"memory_enabled": False},
+        "unset": {},
+        "llmonly": {"memory_enabled": True, "mode": "llm_only"},
+    }})
+
+
+@pytest.fixture
+def rpc(indexed: dict[str, ClientIndex]) -> Any:
+    memory_dir = indexed["alice"].layout.memory_dir
+    app = _App(_config(memory_dir), {"alice": indexed["alice"].searcher,
+                                     "bob": indexed["bob"].searcher, "starting": None})
+    registry = Registry()
+    api_recall.register(registry, app)  # type: ignore[arg-type]
+    dispatcher = Dispatcher(registry)
+
+    def call(method: str, **params: Any) -> dict[str, Any]:
+        return asyncio.run(dispatcher.call({"jsonrpc": "2.0", "id": 1, "method": method,
+                                            "params": params}))
+
+    call.app = app  # type: ignore[attr-defined]
+    return call
+
+
+@pytest.mark.slow
+def test_memory_recall_method(rpc: Any) -> None:
+    result = rpc("memory.recall", client_id="alice", query="capital of Australia", top_k=2)[
+        "result"]
+    assert len(result["results"]) == 2 and "Canberra" in result["results"][0]["content"]
+    assert result["text"].startswith("Found 2 memories")
+    filtered = rpc("memory.recall", client_id="alice", query="tomatoes",
+                   after="2026-11-05T12:00Z")["result"]
+    assert filtered["results"][0]["when"] == "2026-11-05 15:00:00 UTC"
+    assert all(r["when"] > "2026-11-05 12" for r in filtered["results"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("params", "code", "kind", "fragment"), [
+    ({"after": "yesterday"}, -32602, "invalid_params", "30m"),
+    ({"before": "2026-02-30"}, -32602, "invalid_params", "2026-11-01T14:00"),
+    ({"top_k": 0}, -32602, "invalid_params", "1 to 20"),
+    ({"top_k": "3"}, -32602, "invalid_params", "integer"),
+    ({"query": ""}, -32602, "invalid_params", "non-empty"),
+    ({"chunk_hash": "x"}, -32602, "invalid_params", "chunk_hash"),
+    ({"client_id": "starting"}, -32006, "index_unavailable", "retry"),
+    ({"client_id": "nobody"}, -32001, "unknown_client", "nobody"),
+    ({"client_id": "off"}, -32002, "memory_disabled", "not enabled"),
+    ({"client_id": "llmonly"}, -32003, "unsupported_mode", "llm_only"),
+    ({"client_id": "../bob"}, -32004, "invalid_id", "client_id"),
+])
+def test_memory_recall_errors(rpc: Any, params: dict[str, Any], code: int, kind: str,
+                              fragment: str) -> None:
+    error = rpc("memory.recall", **{"client_id": "alice", "query": "q", **params})["error"]
+    assert (error["code"], error["data"]["kind"]) == (code, kind)
+    assert fragment in error["message"]
+
+
+@pytest.mark.slow
+def test_memory_tools_per_client_and_config(rpc: Any) -> None:
+    answer = rpc("memory.tools", client_id="alice")["result"]
+    assert answer["server"] == "_memory" and answer["memory_on"] is True
+    assert [t["name"] for t in answer["tools"]] == ["MemoryRecall"]
+    assert "MemoryRecall" in answer["instructions"]
+    for cid, kind in (("off", "memory_disabled"), ("unset", "memory_disabled"),
+                      ("llmonly", "unsupported_mode"), ("nobody", "unknown_client")):
+        off = rpc("memory.tools", client_id=cid)["result"]
+        assert off["tools"] == [] and off["instructions"] == "" and off["memory_on"] is False
+        assert off["reason"]["kind"] == kind
+    assert rpc("memory.tools", client_id="../x")["error"]["data"]["kind"] == "invalid_id"
+    app = rpc.app
+    app.config = _config(app.config.memory_dir, recall_tool_name="Remember", search_top_k=8)
+    renamed = rpc("memory.tools", client_id="alice")["result"]["tools"][0]
+    assert renamed["name"] == "Remember"
+    assert renamed["inputSchema"]["properties"]["top_k"]["default"] == 8
+
+
+def _text(result: dict[str, Any]) -> str:
+    [block] = result["content"]
+    assert block["type"] == "text"
+    return block["text"]
+
+
+@pytest.mark.slow
+def test_memory_call_tool(rpc: Any) -> None:
+    ok = rpc("memory.call_tool", client_id="alice", name="MemoryRecall",
+             arguments={"query": "capital of Australia", "top_k": 1})["result"]
+    assert ok["isError"] is False and "Canberra" in _text(ok)
+    none = rpc("memory.call_tool", client_id="alice", name="MemoryRecall",
+               arguments={"query": "tomatoes", "before": "2001-01-01"})["result"]
+    assert none == {"content": [{"type": "text", "text": "No relevant memories found."}],
+                    "isError": False}
+    cases = [
+        ("alice", "MemoryRecall", {"query": "q", "after": "last tuesday"}, "30m"),
+        ("alice", "MemoryRecall", {}, "query"),
+        ("alice", "Other", {"query": "q"}, "Unknown tool 'Other'"),
+        ("starting", "MemoryRecall", {"query": "q"}, "not available right now"),
+        ("off", "MemoryRecall", {"query": "q"}, "not enabled"),
+        ("nobody", "MemoryRecall", {"query": "q"}, "unknown client"),
+    ]
+    for cid, name, arguments, fragment in cases:
+        result = rpc("memory.call_tool", client_id=cid, name=name, arguments=arguments)["result"]
+        assert result["isError"] is True, (cid, name, arguments)
+        assert fragment in _text(result)
+    bad = rpc("memory.call_tool", client_id="alice", name="MemoryRecall", arguments=[1])
+    assert bad["error"]["code"] == -32602
+
+
+# -- the command line, against a real daemon (needs api_recall wired into the daemon) ---------
+
+
+@pytest.mark.slow
+def test_memd_recall_command(config_file: Any, daemon_factory: Any) -> None:
+    config = config_file(clients={"alice": {"memory_enabled": True, "mode": "mcp_via_llm"}})
+    daemon = daemon_factory(config)
+    daemon.call("memory.record_exchange", {
+        "client_id": "alice", "conversation_id": "c1", "user": "Which bus goes to the zoo?",
+        "assistant": "Bus 42 goes to the zoo.", "timestamp": "2026-11-05T09:00:00Z"})
+    env = {**os.environ, "HOME": str(config.parent / "home")}
+
+    def memd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        done = memd("recall", "alice", "bus to the zoo", "--top-k", "1")
+        if "Bus 42" in done.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Found 1 memory") and "Bus 42 goes to the zoo." in done.stdout
+    js = memd("recall", "alice", "zoo", "--json", "--after", "2026-11-05T09:00:01Z")
+    assert js.returncode == 0 and '"results": []' in js.stdout
+    bad = memd("recall", "alice", "zoo", "--after", "soon")
+    assert bad.returncode == 1 and "30m" in bad.stderr

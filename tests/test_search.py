@@ -1,0 +1,252 @@
+"""Recall's search core against a real index server: parity with memsearch, time filters,
+expand, and what happens when the index is missing, empty, stopped or restarted."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd import embedding
+from memd.config import EmbeddingConfig
+from memd.indexing import IndexTarget
+from memd.search import (
+    Hit,
+    IndexSearcher,
+    IndexUnavailableError,
+    expand_hit,
+    in_range,
+    time_filter_expr,
+)
+from tests.test_index_server import (  # noqa: F401 - fixtures
+    Child,
+    children,
+    short_tmp,
+    start_index_server,
+)
+
+COLLECTION = "memd_alice"
+T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
+
+
+def exchange(n: int, when: datetime, user: str, assistant: str) -> str:
+    stamp = when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"## {stamp} · exchange {n}\n\n**User:** {user}\n\n**Assistant:** {assistant}\n\n"
+
+
+TOPICS = [
+    ("Which port does staging Postgres use?", "Staging Postgres listens on 6543."),
+    ("What is the capital of France?", "Paris is the capital of France."),
+    ("How do I rotate the TLS certificate?", "Run certbot renew, then reload nginx."),
+    ("Who owns the billing service?", "The payments team owns billing."),
+]
+
+
+def session_text(start: datetime = T0) -> str:
+    body = "".join(exchange(i + 1, start + timedelta(minutes=10 * i), u, a)
+                   for i, (u, a) in enumerate(TOPICS))
+    return f"# Conversation 1 ({start:%Y-%m-%d %H:%M:%S} UTC)\n\n{body}"
+
+
+def index_files(uri: str, files: list[Path], max_chunk_size: int = 1500) -> None:
+    """Index markdown exactly as memsearch's watcher does (chunker, ids, cleaned text)."""
+    from memsearch.chunker import chunk_markdown, clean_content_for_embedding, compute_chunk_id
+    from memsearch.store import MilvusStore
+
+    store = MilvusStore(uri, collection=COLLECTION, dimension=256, _create_if_missing=True)
+    try:
+        for path in files:
+            source = str(path.resolve())
+            chunks = chunk_markdown(path.read_text(encoding="utf-8"), source=source,
+                                    max_chunk_size=max_chunk_size)
+            vectors = embedding.embed([clean_content_for_embedding(c.content) for c in chunks])
+            store.upsert([{
+                "chunk_hash": compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash,
+                                               embedding.MODEL_NAME),
+                "embedding": vec, "content": c.content, "source": c.source,
+                "heading": c.heading, "heading_level": c.heading_level,
+                "start_line": c.start_line, "end_line": c.end_line,
+            } for c, vec in zip(chunks, vectors, strict=True)])
+    finally:
+        store.close()
+
+
+class Index:
+    def __init__(self, tmp_path: Path, sock: Path, children: list[Child]) -> None:
+        self.root = tmp_path / "memory" / "alice"
+        self.sessions = self.root / "sessions"
+        self.sessions.mkdir(parents=True)
+        self.data = self.root / ".memsearch" / "milvus"
+        self.sock = sock
+        self.children = children
+        self.logs = tmp_path
+        self.starts = 0
+        self.server = self.start()
+
+    def start(self) -> Child:
+        self.starts += 1
+        log = self.logs / f"index-{self.starts}.log"
+        return start_index_server(self.children, self.data, self.sock, log)
+
+    @property
+    def uri(self) -> str:
+        return f"unix:{self.sock}"
+
+    def searcher(self, timeout: float = 10.0) -> IndexSearcher:
+        return IndexSearcher(IndexTarget(self.uri, COLLECTION), EmbeddingConfig(),
+                             root=self.root, timeout=timeout)
+
+    def write(self, name: str, text: str, max_chunk_size: int = 1500) -> Path:
+        path = self.sessions / name
+        path.write_text(text, encoding="utf-8")
+        index_files(self.uri, [path], max_chunk_size)
+        return path
+
+
+@pytest.fixture
+def index(tmp_path: Path, short_tmp: Path, children: list[Child]) -> Index:
+    return Index(tmp_path, short_tmp / "index.sock", children)
+
+
+@pytest.fixture
+def searcher(index: Index) -> Iterator[IndexSearcher]:
+    s = index.searcher()
+    yield s
+    s.close()
+
+
+def test_finds_the_right_exchange_with_its_metadata(index: Index, searcher: IndexSearcher) -> None:
+    path = index.write("s1.md", session_text())
+    hits = searcher.search("TLS certificate renewal", top_k=2)
+    assert len(hits) == 2
+    best = hits[0]
+    assert "certbot" in best.content
+    assert best.source == str(path.resolve())
+    assert best.heading == "2026-11-30 09:20:00 UTC · exchange 3"
+    assert best.when == T0 + timedelta(minutes=20)
+    assert best.heading_level == 2 and best.start_line > 0 and best.end_line >= best.start_line
+    assert 0 < best.score <= 1.0 and best.score >= hits[1].score
+    assert len(best.chunk_hash) == 16
+
+
+def test_same_hits_and_scores_as_memsearch(index: Index, searcher: IndexSearcher) -> None:
+    from memsearch.store import MilvusStore
+
+    index.write("s1.md", session_text())
+    index.write("s2.md", session_text(T0 + timedelta(days=1)).replace("France", "Spain"))
+    store = MilvusStore(index.uri, collection=COLLECTION, dimension=None)
+    try:
+        for query in ("capital city", "who owns billing", "postgres port 6543"):
+            ours = searcher.search(query, top_k=5)
+            theirs = store.search(embedding.embed_one(query), query_text=query, top_k=5)
+            assert [h.chunk_hash for h in ours] == [r["chunk_hash"] for r in theirs]
+            assert [round(h.score, 9) for h in ours] == [round(r["score"], 9) for r in theirs]
+    finally:
+        store.close()
+
+
+def test_time_filter_has_exchange_precision(index: Index, searcher: IndexSearcher) -> None:
+    index.write("s1.md", session_text())  # exchanges at 09:00, 09:10, 09:20, 09:30
+    index.write("s1-summary.md", "## Summary\n\nThe user asked about Postgres, France, TLS "
+                                 "and billing.\n")
+    query = "Postgres France TLS billing"
+
+    def headings(**kw: Any) -> list[str]:
+        return sorted(h.heading[11:19] for h in searcher.search(query, top_k=10, **kw))
+
+    assert headings(after=T0 + timedelta(minutes=10)) == ["09:10:00", "09:20:00", "09:30:00"]
+    assert headings(before=T0 + timedelta(minutes=10)) == ["09:00:00"]
+    assert headings(after=T0 + timedelta(minutes=5),
+                    before=T0 + timedelta(minutes=25)) == ["09:10:00", "09:20:00"]
+    assert headings(after=T0 + timedelta(hours=1)) == []
+    unfiltered = searcher.search(query, top_k=10)
+    assert any(h.heading == "Summary" for h in unfiltered)  # summaries have no time
+
+
+def test_time_filter_bounds() -> None:
+    t = datetime(2026, 11, 30, 9, 10, 0, tzinfo=UTC)
+    assert in_range(t, t, None)  # after is inclusive
+    assert not in_range(t, None, t)  # before is exclusive
+    assert in_range(t, None, t + timedelta(milliseconds=1))
+    assert not in_range(None, t, None)
+    assert in_range(None, None, None)
+    naive = datetime(2026, 11, 30, 9, 10, 0)  # naive means UTC, like the headings
+    assert in_range(t, naive, None) and not in_range(t, None, naive)
+    assert time_filter_expr(t, t + timedelta(seconds=30)) == (
+        'heading >= "2026-11-30 09:10:00 UTC" and heading < "2026-11-30 09:10:31 UTC"')
+
+
+def test_expand_returns_the_whole_exchange_of_a_split_chunk(index: Index,
+                                                            searcher: IndexSearcher) -> None:
+    long_answer = "\n\n".join(f"Step {i}: " + "drain the node, then cordon it. " * 5
+                              for i in range(6))
+    text = (exchange(1, T0, "How do we upgrade Kubernetes nodes?", long_answer)
+            + exchange(2, T0 + timedelta(minutes=1), "Thanks", "You're welcome."))
+    path = index.write("k8s.md", text, max_chunk_size=300)
+    hit = searcher.search("upgrade kubernetes nodes drain cordon", top_k=1)[0]
+    assert len(hit.content) <= 300
+    section = searcher.expand(hit)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert section.content.startswith("## 2026-11-30 09:00:00 UTC · exchange 1")
+    assert "Step 0:" in section.content and "Step 5:" in section.content
+    assert "exchange 2" not in section.content
+    assert section.end_line < len(lines) and lines[section.end_line].startswith("## ")
+
+
+def test_expand_falls_back_to_the_chunk_when_the_file_is_gone_or_outside(
+        tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("## h\n\nsecret text\n", encoding="utf-8")
+    hit = Hit("abc", str(outside), "h", 2, "indexed text", 1.0, 1, 3)
+    assert expand_hit(hit, root=tmp_path / "memory" / "alice").content == "indexed text"
+    assert expand_hit(hit, root=tmp_path).content == "## h\n\nsecret text"
+    gone = Hit("abc", str(tmp_path / "gone.md"), "h", 2, "indexed text", 1.0, 1, 3)
+    assert expand_hit(gone, root=tmp_path).content == "indexed text"
+
+
+def test_nothing_indexed_yet_is_an_empty_result(index: Index, searcher: IndexSearcher) -> None:
+    assert searcher.search("anything") == []  # no collection yet
+    from memsearch.store import MilvusStore
+
+    MilvusStore(index.uri, collection=COLLECTION, dimension=256,
+                _create_if_missing=True)._ensure_collection_for_write()
+    assert searcher.search("anything") == []  # collection, no rows
+    assert searcher.count() == 0
+
+
+def test_missing_index_server_raises_index_unavailable(short_tmp: Path) -> None:
+    s = IndexSearcher(IndexTarget(f"unix:{short_tmp / 'none.sock'}", COLLECTION),
+                      EmbeddingConfig(), timeout=2.0)
+    with pytest.raises(IndexUnavailableError):
+        s.search("hello")
+    s.close()
+
+
+def test_a_hung_index_times_out_and_recovers(index: Index) -> None:
+    index.write("s1.md", session_text())
+    s = index.searcher(timeout=1.5)
+    try:
+        assert s.search("capital of France")
+        index.server.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(IndexUnavailableError):
+                s.search("capital of France")
+        finally:
+            index.server.signal(signal.SIGCONT)
+        assert "Paris" in s.search("capital of France")[0].content
+    finally:
+        s.close()
+
+
+def test_search_survives_an_index_server_restart(index: Index, searcher: IndexSearcher) -> None:
+    index.write("s1.md", session_text())
+    assert searcher.search("capital of France")
+    index.server.stop()
+    with pytest.raises(IndexUnavailableError):
+        searcher.search("capital of France")
+    index.server = index.start()  # reopens the collection "released"; search must load it
+    assert "Paris" in searcher.search("capital of France")[0].content

@@ -62,7 +62,8 @@ def build_registry(app: Daemon) -> Registry:
         with Params(params) as p:
             client_id = p.require("client_id", str)
         ended = await (await app.runtime.client(client_id)).sessions.close_active()
-        return {"closed": ended is not None, "session": ended}
+        return {"closed": bool(ended), "session": ended[0] if ended else None,
+                "sessions": ended}
 
     @registry.method("sessions.recompact")
     async def sessions_recompact(params: JsonParams) -> dict[str, Any]:

@@ -251,7 +251,8 @@ def cmd_sessions_close(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     elif result["closed"]:
-        print(f"ended session {result['session']['session_id']}")
+        for session in result["sessions"]:
+            print(f"ended session {session['session_id']}")
     else:
         print("no active session")
     return EXIT_OK

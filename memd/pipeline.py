@@ -48,6 +48,7 @@ class Pipelines:
     def __init__(self, supervisor: Supervisor | None = None) -> None:
         self.supervisor = supervisor or Supervisor()
         self._pipelines: dict[str, _Pipeline] = {}
+        self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
         self._embed: EmbeddingServer | None = None
         self._endpoint: Endpoint | None = None
         self._task: asyncio.Task[None] | None = None
@@ -70,13 +71,20 @@ class Pipelines:
         wanted = config.enabled_clients()
         for client_id in sorted(set(self._pipelines) - set(wanted)):
             await self._stop(client_id)
+        for client_id in set(self._errors) - set(wanted):
+            del self._errors[client_id]
         for client_id in sorted(wanted):
             current = self._pipelines.get(client_id)
             if current is not None and current.fingerprint == _fingerprint(config):
                 continue
             if current is not None:
                 await self._stop(client_id)
-            await self._start(config, ClientLayout(config.memory_dir, client_id))
+            try:
+                await self._start(config, ClientLayout(config.memory_dir, client_id))
+                self._errors.pop(client_id, None)
+            except Exception as exc:  # one client's broken folder must not stop the rest
+                log.exception("pipeline.start_failed", client=client_id)
+                self._errors[client_id] = f"{type(exc).__name__}: {exc}"
         if not wanted or not indexing.uses_embedded_model(config.embedding):
             self._stop_embedding()
 
@@ -146,7 +154,8 @@ class Pipelines:
     def status(self, client_id: str) -> dict[str, Any]:
         pipeline = self._pipelines.get(client_id)
         if pipeline is None:
-            return {}
+            error = self._errors.get(client_id)
+            return {"pipeline_error": error} if error else {}
         children = self.supervisor.status()
         out: dict[str, Any] = {}
         for name in pipeline.children:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,7 @@ class Runtime:
             max_minutes=config.max_session_minutes,
             clock=self.clock,
             on_end=[self.compactor.on_end_hook(layout)],
+            on_restore=[self._restore_hook(layout)],
         )
         await sessions.open()
         if config.compaction.enabled:
@@ -117,6 +118,15 @@ class Runtime:
                 if info["state"] == "ended":
                     await self.compactor.submit(client_id, info["session_id"])
         return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
+
+    def _restore_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """A resumed conversation needs its raw transcript back in sessions/ first."""
+
+        async def restore(info: dict[str, Any]) -> None:
+            await self.compactor.open_client(layout)
+            await self.compactor.restore(info["client_id"], info["session_id"])
+
+        return restore
 
     async def _mark_compacted(self, client_id: str, session_id: str) -> None:
         runtime = self.clients.get(client_id)
@@ -146,6 +156,7 @@ class Runtime:
         if runtime is None:
             return {}
         return {"active_session": runtime.sessions.active_session(),
+                "active_sessions": runtime.sessions.active_sessions(),
                 "compaction": self.compactor.client_status(client_id),
                 **self.pipelines.status(client_id)}
 

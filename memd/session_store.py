@@ -330,10 +330,9 @@ class Committer:
     def running(self) -> bool:
         return self._executor is not None
 
-    def start_io(self) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"memd-{self.client_id}")
-
     def start(self) -> None:
+        self._closing = False
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"memd-{self.client_id}")
         self._tasks = [asyncio.create_task(self._writer(), name=f"writer:{self.client_id}"),
                        asyncio.create_task(self._hook_runner(), name=f"hooks:{self.client_id}")]
 
@@ -343,10 +342,9 @@ class Committer:
             return
         self._closing = True
         self._wake.set()
-        if self._tasks:
-            await self._tasks[0]
-            await self._hook_queue.put(("stop", None))
-            await self._tasks[1]
+        await self._tasks[0]
+        await self._hook_queue.put(("stop", None))
+        await self._tasks[1]
         await self.io(self.store.close)
         self._executor.shutdown()
         self._executor = None

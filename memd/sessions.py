@@ -106,9 +106,12 @@ class ClientSessions:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def open(self) -> ClientSessions:
-        self._committer.start_io()
-        await self._reload()
         self._committer.start()
+        try:
+            await self._reload()
+        except BaseException:
+            await self._committer.close()
+            raise
         return self
 
     async def close(self) -> None:
@@ -358,8 +361,10 @@ class ClientSessions:
         return [info for kind, info in op.events if kind == "end"]
 
     async def close_active(self, now: float | None = None) -> list[dict[str, Any]]:
-        """End every active session now (sessions.close): the current one first, then the
-        resumed ones, oldest first. Returns their infos; [] when none was active."""
+        """End every active session now (sessions.close); their infos, [] when none was.
+
+        The current session comes first, then the resumed ones, oldest first.
+        """
         await self._wait_ready()
         at = self._clock() if now is None else now
         op = _Op()

@@ -2,18 +2,14 @@
 
 Unit tests build `Hit`s and transcripts by hand; the integration tests record with
 `ClientSessions` (the real recording code), index with a real index server and
-`memsearch watch` (tests/support/index.py) and recall through `memd.recall` and the
-JSON-RPC methods of `memd.api_recall` on a real `Dispatcher`.
+`memsearch watch` (tests/support/index.py) and recall through `memd.recall`. The JSON-RPC
+methods and `memd recall` are tested against a real daemon in tests/test_recall_daemon.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,21 +18,17 @@ from typing import Any
 import jsonschema
 import pytest
 
-from memd import api_recall
 from memd import recall as rc
 from memd.compaction import render_summary
-from memd.config import Config, EmbeddingConfig, parse_config
+from memd.config import EmbeddingConfig
 from memd.embed_server import EmbeddingServer
 from memd.indexing import IndexTarget
 from memd.layout import ClientLayout
-from memd.rpc import Dispatcher, Registry
-from memd.runtime import ClientRuntime, Runtime
 from memd.search import Hit, IndexSearcher, IndexUnavailableError
 from memd.sessions import ClientSessions
 from tests.support.index import ClientIndex, client_config
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
-REPO = Path(__file__).resolve().parents[1]
 
 
 # -- arguments --------------------------------------------------------------------------------
@@ -520,170 +512,3 @@ def test_unreachable_or_silent_index_is_unavailable_never_a_hang(tmp_path: Path,
         missing.close()
         silent.close()
         listener.close()
-
-
-# -- the JSON-RPC methods ---------------------------------------------------------------------
-
-
-class _App:
-    """What api_recall reads from the daemon: the config in force and the live runtime."""
-
-    def __init__(self, config: Config, searchers: dict[str, Any]) -> None:
-        self.config = config
-        self.runtime = Runtime(config)
-        for cid, searcher in searchers.items():
-            layout = ClientLayout(config.memory_dir, cid)
-            self.runtime.clients[cid] = _client_runtime(layout, searcher)
-
-
-def _client_runtime(layout: ClientLayout, searcher: Any) -> ClientRuntime:
-    names = {f.name for f in dataclasses.fields(ClientRuntime)}
-    kwargs: dict[str, Any] = {"layout": layout, "sessions": ClientSessions(layout)}
-    if "searcher" in names:
-        kwargs["searcher"] = searcher
-    runtime = ClientRuntime(**kwargs)
-    runtime.searcher = searcher  # type: ignore[attr-defined]
-    return runtime
-
-
-def _config(memory_dir: Path, **extra: Any) -> Config:
-    return parse_config({"memory_dir": str(memory_dir), **extra, "clients": {
-        "alice": {"memory_enabled": True, "mode": "both"},
-        "bob": {"memory_enabled": True, "mode": "mcp_via_llm"},
-        "starting": {"memory_enabled": True},
-        "off": {"memory_enabled": False},
-        "unset": {},
-        "llmonly": {"memory_enabled": True, "mode": "llm_only"},
-    }})
-
-
-@pytest.fixture
-def rpc(indexed: dict[str, ClientIndex]) -> Any:
-    memory_dir = indexed["alice"].layout.memory_dir
-    app = _App(_config(memory_dir), {"alice": indexed["alice"].searcher,
-                                     "bob": indexed["bob"].searcher, "starting": None})
-    registry = Registry()
-    api_recall.register(registry, app)  # type: ignore[arg-type]
-    dispatcher = Dispatcher(registry)
-
-    def call(method: str, **params: Any) -> dict[str, Any]:
-        return asyncio.run(dispatcher.call({"jsonrpc": "2.0", "id": 1, "method": method,
-                                            "params": params}))
-
-    call.app = app  # type: ignore[attr-defined]
-    return call
-
-
-@pytest.mark.slow
-def test_memory_recall_method(rpc: Any) -> None:
-    result = rpc("memory.recall", client_id="alice", query="capital of Australia", top_k=2)[
-        "result"]
-    assert len(result["results"]) == 2 and "Canberra" in result["results"][0]["content"]
-    assert result["text"].startswith("Found 2 memories")
-    filtered = rpc("memory.recall", client_id="alice", query="tomatoes",
-                   after="2026-11-05T12:00Z")["result"]
-    assert filtered["results"][0]["when"] == "2026-11-05 15:00:00 UTC"
-    assert all(r["when"] > "2026-11-05 12" for r in filtered["results"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("params", "code", "kind", "fragment"), [
-    ({"after": "yesterday"}, -32602, "invalid_params", "30m"),
-    ({"before": "2026-02-30"}, -32602, "invalid_params", "2026-11-01T14:00"),
-    ({"top_k": 0}, -32602, "invalid_params", "1 to 20"),
-    ({"top_k": "3"}, -32602, "invalid_params", "integer"),
-    ({"query": ""}, -32602, "invalid_params", "non-empty"),
-    ({"chunk_hash": "x"}, -32602, "invalid_params", "chunk_hash"),
-    ({"client_id": "starting"}, -32006, "index_unavailable", "retry"),
-    ({"client_id": "nobody"}, -32001, "unknown_client", "nobody"),
-    ({"client_id": "off"}, -32002, "memory_disabled", "not enabled"),
-    ({"client_id": "llmonly"}, -32003, "unsupported_mode", "llm_only"),
-    ({"client_id": "../bob"}, -32004, "invalid_id", "client_id"),
-])
-def test_memory_recall_errors(rpc: Any, params: dict[str, Any], code: int, kind: str,
-                              fragment: str) -> None:
-    error = rpc("memory.recall", **{"client_id": "alice", "query": "q", **params})["error"]
-    assert (error["code"], error["data"]["kind"]) == (code, kind)
-    assert fragment in error["message"]
-
-
-@pytest.mark.slow
-def test_memory_tools_per_client_and_config(rpc: Any) -> None:
-    answer = rpc("memory.tools", client_id="alice")["result"]
-    assert answer["server"] == "_memory" and answer["memory_on"] is True
-    assert [t["name"] for t in answer["tools"]] == ["MemoryRecall"]
-    assert "MemoryRecall" in answer["instructions"]
-    for cid, kind in (("off", "memory_disabled"), ("unset", "memory_disabled"),
-                      ("llmonly", "unsupported_mode"), ("nobody", "unknown_client")):
-        off = rpc("memory.tools", client_id=cid)["result"]
-        assert off["tools"] == [] and off["instructions"] == "" and off["memory_on"] is False
-        assert off["reason"]["kind"] == kind
-    assert rpc("memory.tools", client_id="../x")["error"]["data"]["kind"] == "invalid_id"
-    app = rpc.app
-    app.config = _config(app.config.memory_dir, recall_tool_name="Remember", search_top_k=8)
-    renamed = rpc("memory.tools", client_id="alice")["result"]["tools"][0]
-    assert renamed["name"] == "Remember"
-    assert renamed["inputSchema"]["properties"]["top_k"]["default"] == 8
-
-
-def _text(result: dict[str, Any]) -> str:
-    [block] = result["content"]
-    assert block["type"] == "text"
-    return block["text"]
-
-
-@pytest.mark.slow
-def test_memory_call_tool(rpc: Any) -> None:
-    ok = rpc("memory.call_tool", client_id="alice", name="MemoryRecall",
-             arguments={"query": "capital of Australia", "top_k": 1})["result"]
-    assert ok["isError"] is False and "Canberra" in _text(ok)
-    none = rpc("memory.call_tool", client_id="alice", name="MemoryRecall",
-               arguments={"query": "tomatoes", "before": "2001-01-01"})["result"]
-    assert none == {"content": [{"type": "text", "text": "No relevant memories found."}],
-                    "isError": False}
-    cases = [
-        ("alice", "MemoryRecall", {"query": "q", "after": "last tuesday"}, "30m"),
-        ("alice", "MemoryRecall", {}, "query"),
-        ("alice", "Other", {"query": "q"}, "Unknown tool 'Other'"),
-        ("starting", "MemoryRecall", {"query": "q"}, "not available right now"),
-        ("off", "MemoryRecall", {"query": "q"}, "not enabled"),
-        ("nobody", "MemoryRecall", {"query": "q"}, "unknown client"),
-    ]
-    for cid, name, arguments, fragment in cases:
-        result = rpc("memory.call_tool", client_id=cid, name=name, arguments=arguments)["result"]
-        assert result["isError"] is True, (cid, name, arguments)
-        assert fragment in _text(result)
-    bad = rpc("memory.call_tool", client_id="alice", name="MemoryRecall", arguments=[1])
-    assert bad["error"]["code"] == -32602
-
-
-# -- the command line, against a real daemon (needs api_recall wired into the daemon) ---------
-
-
-@pytest.mark.slow
-def test_memd_recall_command(config_file: Any, daemon_factory: Any) -> None:
-    config = config_file(clients={"alice": {"memory_enabled": True, "mode": "mcp_via_llm"}})
-    daemon = daemon_factory(config)
-    daemon.call("memory.record_exchange", {
-        "client_id": "alice", "conversation_id": "c1", "user": "Which bus goes to the zoo?",
-        "assistant": "Bus 42 goes to the zoo.", "timestamp": "2026-11-05T09:00:00Z"})
-    env = {**os.environ, "HOME": str(config.parent / "home")}
-
-    def memd(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
-                              capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-
-    import time
-
-    deadline = time.monotonic() + 60
-    while True:
-        done = memd("recall", "alice", "bus to the zoo", "--top-k", "1")
-        if "Bus 42" in done.stdout or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Found 1 memory") and "Bus 42 goes to the zoo." in done.stdout
-    js = memd("recall", "alice", "zoo", "--json", "--after", "2026-11-05T09:00:01Z")
-    assert js.returncode == 0 and '"results": []' in js.stdout
-    bad = memd("recall", "alice", "zoo", "--after", "soon")
-    assert bad.returncode == 1 and "30m" in bad.stderr

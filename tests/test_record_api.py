@@ -178,7 +178,7 @@ def test_monitor_ends_sessions_by_inactivity(config_file, daemon_factory) -> Non
             break
         time.sleep(0.1)
     assert state["state"] == "ended" and state["end_reason"] == "inactivity"
-    second = memd.call("memory.record_exchange", exchange("agent"))
+    second = memd.call("memory.record_exchange", exchange("agent", conv="c2"))
     assert second["session_id"] != first["session_id"]
 
 
@@ -190,8 +190,11 @@ def test_monitor_ends_sessions_by_max_duration_even_when_busy(config_file,
     first = memd.call("memory.record_exchange", exchange("agent"))["session_id"]
     deadline = time.monotonic() + 20
     ids = {first}
+    calls = 0
     while time.monotonic() < deadline and len(ids) == 1:
-        ids.add(memd.call("memory.record_exchange", exchange("agent"))["session_id"])
+        calls += 1
+        ids.add(memd.call("memory.record_exchange",
+                          exchange("agent", conv=f"busy-{calls}"))["session_id"])
         time.sleep(0.2)
     assert len(ids) == 2
     ended = next(s for s in memd.call("sessions.list", {"client_id": "agent"})["sessions"]

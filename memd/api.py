@@ -30,6 +30,13 @@ def build_registry(app: Daemon) -> Registry:
         Params(params).done()
         return {"clients": client_rows(app.config)}
 
+    @registry.method("clients.reset")
+    async def clients_reset(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+        await app.runtime.client(client_id)
+        return {"reset": app.runtime.pipelines.reset(client_id)}
+
     @registry.method("memory.record_exchange")
     async def record_exchange(params: JsonParams) -> dict[str, Any]:
         with Params(params) as p:

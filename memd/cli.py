@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     clients = sub.add_parser("clients", parents=[common],
                              help="list configured clients and whether memory is on")
     clients.add_argument("--json", action="store_true", help="print the raw JSON")
+    clients.add_argument("--reset", metavar="CLIENT",
+                         help="restart a client's index server and watcher after they gave "
+                              "up (FATAL)")
     clients.set_defaults(func=cmd_clients)
 
     record = sub.add_parser(
@@ -189,6 +192,10 @@ def _memory_word(c: dict[str, Any]) -> str:
 
 
 def cmd_clients(args: argparse.Namespace) -> int:
+    if args.reset:
+        reset = _call(args, "clients.reset", {"client_id": args.reset})["reset"]
+        print(f"{args.reset}: restarting" if reset else f"{args.reset}: nothing was FATAL")
+        return EXIT_OK
     result = _call(args, "clients.list")
     if args.json:
         print(json.dumps(result, indent=2))

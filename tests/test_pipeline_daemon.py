@@ -107,6 +107,12 @@ def test_crash_looping_client_goes_fatal_others_keep_working(config_file, daemon
     assert err.value.kind == "index_unavailable"
     # Recording still works for the broken client: transcripts never depend on the index.
     assert record(memd, "beta", "still here?", "yes")["conversation"] == 1
+    # Once the cause is fixed, a reset brings the client back, and what it recorded
+    # meanwhile is indexed from the markdown files.
+    indexing.milvus_data_dir(layout).unlink()
+    assert memd.call("clients.reset", {"client_id": "beta"}) == {"reset": True}
+    wait_for(lambda: running(memd, "beta"), timeout=120)
+    wait_for(lambda: found(memd, "beta", "still here", "still here?"))
 
 
 def test_disabling_a_client_stops_its_processes(config_file, daemon_factory, tmp_path) -> None:

@@ -15,6 +15,9 @@ during a write leaves a truncated file that makes every later load of the collec
 server marks the database open while it runs, and after an unclean stop it deletes them
 before opening, so they are rebuilt from the flushed segments.
 
+Milvus Lite also reopens indexed collections "released", so the server loads them all on
+start; otherwise a watcher that outlives a restart of this server fails every event.
+
 Run: python -m memd.index_server --data-dir DIR --socket PATH
 Prints one JSON line {"event": "index_server_ready", ...} on stdout once it serves.
 SIGINT/SIGTERM: stop serving (2 s grace), close the database, remove the socket.
@@ -116,6 +119,7 @@ class IndexServer:
         if marker.exists():  # we hold the lock now, so no live server is using these files
             purge_index_sidecars(self.data_dir)
         marker.touch()
+        load_all_collections(self._db)
         _check_private_dir(self.socket_path.parent)
         self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
         self._server = grpc.server(
@@ -141,6 +145,23 @@ class IndexServer:
         if self._bound:
             self.socket_path.unlink(missing_ok=True)
             self._bound = False
+
+
+def load_all_collections(db: Any) -> int:
+    """Load every collection, as a Milvus server keeps them loaded across restarts.
+
+    Milvus Lite reopens indexed collections "released", and memsearch loads a collection
+    only when its store is created: a watcher that outlives an index-server restart would
+    fail every later event ("call load() before search/get/query").
+    """
+    loaded = 0
+    for database in db.list_databases():
+        for name in db.list_collections(database_name=database):
+            col = db.get_collection(name, database_name=database)
+            if col.load_state != "loaded":
+                col.load()
+                loaded += 1
+    return loaded
 
 
 def purge_index_sidecars(data_dir: Path) -> int:

@@ -40,6 +40,7 @@ from memd.layout import ClientLayout
 log = structlog.get_logger()
 
 DEFAULT_PROVIDER = "wordllama"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; keep a margin
 DIMENSION_MISMATCH_MARK = "Embedding dimension mismatch"
 
@@ -199,7 +200,10 @@ def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> Watche
         if endpoint is None:
             raise ValueError("the embedded model needs memd's embedding endpoint")
         return WatcherEmbedding("openai", endpoint.model, endpoint.base_url, endpoint.api_key)
-    return WatcherEmbedding(cfg.provider, effective_model(cfg), cfg.base_url, cfg.api_key)
+    base_url = cfg.base_url
+    if cfg.provider == "openai" and not base_url:
+        base_url = OPENAI_BASE_URL  # explicit, so no OPENAI_BASE_URL variable can redirect it
+    return WatcherEmbedding(cfg.provider, effective_model(cfg), base_url, cfg.api_key)
 
 
 def index_spec(config: Config, layout: ClientLayout) -> IndexSpec:
@@ -312,6 +316,91 @@ def ensure_dirs(layout: ClientLayout) -> None:
 def is_dimension_mismatch(watcher_output: str) -> bool:
     """Whether a watcher died on memsearch's dimension check (a rebuild fixes it)."""
     return DIMENSION_MISMATCH_MARK in watcher_output
+
+
+# -- watcher start-up --------------------------------------------------------------------
+
+
+def watcher_ready(pid: int, sessions: Path) -> bool:
+    """True once process `pid` holds an inotify watch on `sessions` (Linux).
+
+    `memsearch watch` prints "Watching ..." *before* it starts its observer, and indexes
+    what exists *before* that: a file written in between is not indexed until it changes
+    again. The inotify watch, visible in /proc/<pid>/fdinfo, is the real start. Where
+    /proc does not exist this returns True (use the log line and `catch_up`).
+    """
+    if not Path("/proc/self/fdinfo").exists():
+        return True
+    try:
+        st = sessions.stat()
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    sdev = (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
+    wanted = f"ino:{st.st_ino:x} sdev:{sdev:x} "
+    for fd in fds:
+        try:
+            if os.readlink(fd) != "anon_inode:inotify":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text(encoding="ascii")
+        except OSError:
+            continue
+        if wanted in info:
+            return True
+    return False
+
+
+def catch_up(config: Config, layout: ClientLayout, endpoint: Endpoint | None, since: float,
+             settings: IndexSettings | None = None) -> int:
+    """Index the session files changed since `since` (a time.time()), as the watcher would.
+
+    Call it (in a worker thread) once a (re)started watcher is ready, with `since` a little
+    before its spawn: it covers exchanges written while the watcher was doing its initial
+    index, which memsearch's watcher misses. It runs memsearch's own indexing code with
+    the watcher's settings, so chunk ids match and nothing is embedded twice. Returns the
+    number of chunks it added.
+    """
+    import asyncio
+
+    from memsearch.core import MemSearch
+
+    settings = settings or IndexSettings()
+    files = [p for p in sorted(layout.sessions.glob("**/*.md"))
+             if not any(part.startswith(".") for part in p.relative_to(layout.sessions).parts)
+             and _mtime(p) >= since]
+    if not files:
+        return 0
+    emb = watcher_embedding(config.embedding, endpoint)
+    target = index_target(config, layout)
+    batch = memsearch_toml(config, layout, settings)["embedding"]["batch_size"]
+    mem = MemSearch([str(layout.sessions)], embedding_provider=emb.provider,
+                    embedding_model=emb.model, embedding_batch_size=batch,
+                    embedding_base_url=emb.base_url or None,
+                    embedding_api_key=emb.api_key or None,
+                    milvus_uri=target.uri, milvus_token=target.token or None,
+                    collection=target.collection, max_chunk_size=settings.max_chunk_size,
+                    overlap_lines=settings.overlap_lines)
+
+    async def index_all() -> int:
+        total = 0
+        for path in files:
+            if path.exists():
+                total += await mem.index_file(path)
+        return total
+
+    try:
+        added = asyncio.run(index_all())
+    finally:
+        mem.close()
+    log.info("index_catch_up", client=layout.client_id, files=len(files), chunks=added)
+    return added
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 # -- fingerprint and rebuild -------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,21 @@ from memd.supervisor import ChildSpec, Supervisor, reap_leftovers
 
 log = structlog.get_logger()
 
+CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
+
 
 @dataclass
 class _Pipeline:
     layout: ClientLayout
+    config: Config
+    endpoint: Endpoint | None
     fingerprint: tuple[Any, ...]
     children: list[str]
     searcher: IndexSearcher
+    # Catch-up bookkeeping: the (watcher pid, index pid) pair last caught up, and the
+    # time from which files must be re-checked after the next (re)start.
+    caught_up: tuple[int | None, ...] = ()
+    since: float = 0.0
 
 
 def _fingerprint(config: Config) -> tuple[Any, ...]:
@@ -52,6 +62,7 @@ class Pipelines:
         self._embed: EmbeddingServer | None = None
         self._endpoint: Endpoint | None = None
         self._task: asyncio.Task[None] | None = None
+        self._catch_up_task: asyncio.Task[None] | None = None
 
     async def start(self, memory_dir: Path) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor."""
@@ -61,6 +72,7 @@ class Pipelines:
                 if reaped:
                     log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
     def searcher(self, client_id: str) -> IndexSearcher | None:
         pipeline = self._pipelines.get(client_id)
@@ -115,12 +127,58 @@ class Pipelines:
         self.supervisor.add(ChildSpec(
             name=name, argv=watcher.argv, env=dict(watcher.env), cwd=watcher.cwd,
             log_path=layout.logs_dir / "watch.log", pidfile=layout.state_dir / "watch.pid",
-            startsecs=3.0, stop_signal=signal.SIGINT, stop_timeout=10.0), requires=requires)
+            startsecs=1.0, stop_signal=signal.SIGINT, stop_timeout=10.0,
+            ready=self._watching(name, layout.sessions)), requires=requires)
         children.append(name)
         target = indexing.index_target(config, layout)
         searcher = IndexSearcher(target, config.embedding, root=layout.root)
-        self._pipelines[client_id] = _Pipeline(layout, _fingerprint(config), children, searcher)
+        self._pipelines[client_id] = _Pipeline(
+            layout, config, endpoint, _fingerprint(config), children, searcher,
+            since=time.time() - CATCH_UP_MARGIN)
         log.info("pipeline.started", client=client_id, children=children)
+
+    def _watching(self, name: str, sessions: Path) -> Callable[[], bool]:
+        """Ready once memsearch really watches sessions/ (its log line comes too early)."""
+
+        def ready() -> bool:
+            proc = self.supervisor.child(name).proc
+            return proc is not None and indexing.watcher_ready(proc.pid, sessions)
+
+        return ready
+
+    async def _catch_up_loop(self, interval: float = 0.5) -> None:
+        """After any (re)start of a client's children, index what they may have missed.
+
+        memsearch's watcher skips files written between its initial scan and the start of
+        its observer, and a watcher that outlived its index server lost the events of the
+        outage. `indexing.catch_up` re-indexes the files changed since the last good moment
+        with the watcher's own settings (unchanged chunks are not embedded twice).
+        """
+        while True:
+            await asyncio.sleep(interval)
+            for client_id, pipeline in list(self._pipelines.items()):
+                try:
+                    await self._catch_up(client_id, pipeline)
+                except Exception:
+                    log.exception("pipeline.catch_up_failed", client=client_id)
+
+    async def _catch_up(self, client_id: str, pipeline: _Pipeline) -> None:
+        pids: list[int | None] = []
+        for name in pipeline.children:
+            if not self.supervisor.is_ready(name):
+                return  # not all up: wait; `since` still marks the last good moment
+            proc = self.supervisor.child(name).proc
+            pids.append(proc.pid if proc is not None else None)
+        key = tuple(pids)
+        if key == pipeline.caught_up:
+            pipeline.since = time.time() - CATCH_UP_MARGIN
+            return
+        added = await asyncio.to_thread(indexing.catch_up, pipeline.config, pipeline.layout,
+                                        pipeline.endpoint, pipeline.since)
+        if self._pipelines.get(client_id) is pipeline:
+            pipeline.caught_up = key
+        if added:
+            log.info("pipeline.caught_up", client=client_id, chunks=added)
 
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)
@@ -166,6 +224,9 @@ class Pipelines:
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop every child within `timeout`, then the endpoint."""
+        if self._catch_up_task is not None:
+            self._catch_up_task.cancel()
+            await asyncio.gather(self._catch_up_task, return_exceptions=True)
         await self.supervisor.shutdown(timeout)
         if self._task is not None:
             self._task.cancel()

@@ -34,7 +34,7 @@ import structlog
 
 from memd import embedding
 from memd.config import EmbeddingConfig
-from memd.indexing import IndexTarget, effective_model, uses_embedded_model
+from memd.indexing import IndexTarget, uses_embedded_model, watcher_embedding
 from memd.transcript import heading_time, parse_exchange_title
 
 log = structlog.get_logger()
@@ -107,11 +107,7 @@ class QueryEmbedder:
     def _ensure_provider(self) -> tuple[Any, asyncio.AbstractEventLoop]:
         with self._lock:
             if self._provider is None:
-                from memsearch.embeddings import get_provider
-
-                self._provider = get_provider(
-                    self._cfg.provider, model=effective_model(self._cfg),
-                    base_url=self._cfg.base_url or None, api_key=self._cfg.api_key or None)
+                self._provider = _memsearch_provider(self._cfg)
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="memd-query-embed",
                                  daemon=True).start()
@@ -125,6 +121,33 @@ class QueryEmbedder:
                 self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop = None
             self._provider = None
+
+
+def _memsearch_provider(cfg: EmbeddingConfig) -> Any:
+    """memsearch's provider for cfg, with cfg's base URL honoured where memsearch has no
+    parameter for it: its ollama provider reads OLLAMA_HOST, which memd sets only for the
+    watcher (see indexing.watcher_env), so recall talks to the same host here."""
+    emb = watcher_embedding(cfg, None)  # the very settings the watcher runs with
+    if emb.provider == "ollama" and emb.base_url:
+        return _OllamaQueryEmbedding(emb.model, emb.base_url)
+    from memsearch.embeddings import get_provider
+
+    return get_provider(emb.provider, model=emb.model, base_url=emb.base_url or None,
+                        api_key=emb.api_key or None)
+
+
+class _OllamaQueryEmbedding:
+    """memsearch's OllamaEmbedding.embed, against an explicit host."""
+
+    def __init__(self, model: str, host: str) -> None:
+        import ollama
+
+        self._client = ollama.AsyncClient(host=host)
+        self._model = model
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        result = await self._client.embed(model=self._model, input=texts)
+        return result["embeddings"]
 
 
 # -- time filter ------------------------------------------------------------------------------
@@ -189,6 +212,10 @@ class IndexSearcher:
     def search(self, query: str, top_k: int = 5, *, after: datetime | None = None,
                before: datetime | None = None, timeout: float | None = None) -> list[Hit]:
         """The top chunks for `query`, best first; [] when nothing is indexed yet."""
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if not query.strip():
+            return []
         deadline = time.monotonic() + (timeout or self.timeout)
         timed = after is not None or before is not None
         expr = time_filter_expr(after, before)

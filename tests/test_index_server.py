@@ -1,7 +1,7 @@
 """The per-client index server: a real `python -m memd.index_server` on a Unix socket.
 
-The process helpers here (Child, wait_for, the `children` fixture) are shared with
-test_indexing.py and test_search.py.
+The process helpers here (Child, wait_for, start_index_server, stopping_children,
+short_dir) are shared with test_indexing.py and test_search.py.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Child:
             return self.proc.wait(timeout)
 
 
-class _suppress_lookup:  # noqa: N801 - used like contextlib.suppress
+class _suppress_lookup:
     def __enter__(self) -> None:
         return None
 
@@ -81,13 +81,26 @@ class _suppress_lookup:  # noqa: N801 - used like contextlib.suppress
         return exc_type is ProcessLookupError
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    """Every Child appended here is stopped at teardown, last started first."""
+def stopping_children() -> Iterator[list[Child]]:
+    """Body of the `children` fixture (each test module declares its own)."""
     started: list[Child] = []
     yield started
     for child in reversed(started):
         child.stop()
+
+
+def short_dir() -> Iterator[Path]:
+    """Body of the `short_tmp` fixture: sun_path is 107 bytes, pytest's tmp_path can be long."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="memd-t-") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    """Every Child appended here is stopped at teardown, last started first."""
+    yield from stopping_children()
 
 
 def start_index_server(children: list[Child], data_dir: Path, sock: Path,
@@ -110,11 +123,7 @@ def _row(i: int, text: str) -> dict[str, Any]:
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
-    """A short folder for sockets (sun_path is 107 bytes; pytest's tmp_path can be long)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="memd-t-") as tmp:
-        yield Path(tmp)
+    yield from short_dir()
 
 
 def test_serves_a_private_socket_and_flushes_every_write(tmp_path: Path, short_tmp: Path,

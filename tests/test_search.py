@@ -22,14 +22,20 @@ from memd.search import (
     in_range,
     time_filter_expr,
 )
-from tests.test_index_server import (  # noqa: F401 - fixtures
-    Child,
-    children,
-    short_tmp,
-    start_index_server,
-)
+from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
 
 COLLECTION = "memd_alice"
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    yield from stopping_children()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    yield from short_dir()
+
 T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 
 
@@ -248,5 +254,11 @@ def test_search_survives_an_index_server_restart(index: Index, searcher: IndexSe
     index.server.stop()
     with pytest.raises(IndexUnavailableError):
         searcher.search("capital of France")
-    index.server = index.start()  # reopens the collection "released"; search must load it
+    index.server = index.start()
+    assert "Paris" in searcher.search("capital of France")[0].content
+    from pymilvus import MilvusClient
+
+    other = MilvusClient(uri=index.uri, dedicated=True)
+    other.release_collection(COLLECTION)  # as a restarted Milvus Lite opens it
+    other.close()
     assert "Paris" in searcher.search("capital of France")[0].content

@@ -262,7 +262,7 @@ def watcher_command(config: Config, layout: ClientLayout,
     """
     emb = watcher_embedding(config.embedding, endpoint)
     target = index_target(config, layout)
-    argv = [sys.executable, "-m", "memsearch", "watch", str(layout.sessions),
+    argv = [sys.executable, "-m", "memd.memsearch_watch", "watch", str(layout.sessions),
             "--provider", emb.provider, "--model", emb.model,
             "--milvus-uri", target.uri, "--collection", target.collection]
     if emb.base_url and emb.provider == "openai":

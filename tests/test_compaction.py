@@ -7,6 +7,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -476,6 +477,70 @@ async def test_restore_cancels_a_compaction_in_flight(fake, layout):
     finally:
         await comp.close()
         fake.set_mode("ok")
+    assert layout.session_file(sid).read_bytes() == raw
+    assert files_under(layout.sessions) == {f"{sid}.md"}
+
+
+@pytest.mark.parametrize("held", ["install", "archive"])
+def test_restore_wins_over_a_file_step_that_a_cancel_cannot_stop(fake, layout, held):
+    """File steps run in threads: once one started, cancelling its task cannot stop it.
+
+    The step hook holds that thread just before it takes the client's file lock, restore
+    runs to its end, then the step is let go: it must find the restore and do nothing.
+    """
+    sid = "2026-11-30T02-41-07Z-0019"
+    raw = write_session(layout, sid, 2)
+    at_step, go = threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def hold(step: str, session_id: str) -> None:
+        if step == held:
+            at_step.set()
+            go.wait(10)
+
+    async def scenario() -> None:
+        comp = await started(Compactor(config(fake), step_hook=hold), layout)
+        try:
+            await comp.submit("laptop", sid)
+            assert await asyncio.to_thread(at_step.wait, 10)
+            assert layout.summary_file(sid).exists() == (held == "archive")
+            seen["restore"] = await comp.restore("laptop", sid)
+            seen["after_restore"] = files_under(layout.sessions)
+            go.set()
+            seen["state"] = comp.sessions("laptop")
+        finally:
+            go.set()
+            await comp.close()
+
+    asyncio.run(scenario())  # returns once the loop's worker threads, the held one too, end
+    assert seen == {"restore": "restored", "after_restore": {f"{sid}.md"}, "state": {}}
+    assert layout.session_file(sid).read_bytes() == raw  # still there, and stays there
+    assert files_under(layout.sessions) == {f"{sid}.md"}
+    assert not layout.archive_file(sid).exists()
+    assert list(layout.tmp_dir.iterdir()) == []
+
+
+@aio
+async def test_restore_cancels_a_recompaction_in_flight(fake, layout):
+    sid = "2026-11-30T02-41-07Z-001a"
+    raw = write_session(layout, sid, 1)
+    comp = await started(Compactor(config(fake), timeout=30), layout)
+    try:
+        await comp.submit("laptop", sid)
+        await comp.drain()
+        fake.set_mode("hang")
+        asked = len(fake.requests)
+        recompacting = asyncio.create_task(comp.recompact("laptop", sid))
+        while len(fake.requests) == asked:
+            await asyncio.sleep(0.01)
+        assert comp.client_status("laptop")["running"] == [sid]
+        assert await comp.restore("laptop", sid) == "restored"
+        [result] = await recompacting
+        assert result["result"] == "cancelled"
+        assert comp.sessions("laptop") == {}
+    finally:
+        fake.set_mode("ok")
+        await comp.close()
     assert layout.session_file(sid).read_bytes() == raw
     assert files_under(layout.sessions) == {f"{sid}.md"}
 

@@ -3,7 +3,8 @@
 Built from memd's own command lines (`memd.indexing`), so the tests index exactly as the
 daemon does: the embedded model served by an in-process `EmbeddingServer`, one
 `python -m memd.index_server` per client on a Unix socket, one `memsearch watch` on the
-client's `sessions/`. `wait_for` polls the real search until the watcher has caught up.
+client's `sessions/`. `wait_for` polls the real search until the watcher has caught up;
+`rows` reads the collection's chunks directly, to check exactly what is indexed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +85,7 @@ class ClientIndex:
         self.index_server: _Child | None = None
         self.watcher: _Child | None = None
         self.searcher: IndexSearcher | None = None
+        self._milvus: Any = None  # a plain pymilvus client for `rows`
 
     def start(self, timeout: float = 60.0) -> ClientIndex:
         ensure_dirs(self.layout)
@@ -129,7 +131,36 @@ class ClientIndex:
     def wait_rows(self, at_least: int, timeout: float = 60.0) -> int:
         return self.wait_for(lambda s: (n := s.count(timeout=5)) >= at_least and n, timeout)
 
+    def wait_watching(self, timeout: float = 60.0) -> None:
+        """Until the watcher has done its initial scan and watches `sessions/`."""
+        assert self.watcher is not None
+        deadline = time.monotonic() + timeout
+        while "Watching" not in self.watcher.log():
+            if not self.watcher.alive():
+                raise RuntimeError(f"watcher died:\n{self.watcher.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"watcher not watching:\n{self.watcher.log()}")
+            time.sleep(0.1)
+
+    def rows(self, fields: Sequence[str] = ("source", "heading", "content"),
+             ) -> list[dict[str, Any]]:
+        """Every chunk in the client's collection ([] before anything was indexed)."""
+        from pymilvus import MilvusClient
+
+        if self.watcher is not None and not self.watcher.alive():
+            raise RuntimeError(f"watcher died:\n{self.watcher.log()}")
+        target = index_target(self.config, self.layout)
+        if self._milvus is None:
+            self._milvus = MilvusClient(uri=target.uri, token=target.token)
+        if not self._milvus.has_collection(target.collection):
+            return []
+        return self._milvus.query(target.collection, filter='chunk_hash != ""',
+                                  output_fields=list(fields), limit=10_000)
+
     def stop(self) -> None:
+        if self._milvus is not None:
+            self._milvus.close()
+            self._milvus = None
         if self.searcher is not None:
             self.searcher.close()
             self.searcher = None

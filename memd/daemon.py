@@ -180,6 +180,8 @@ class Daemon:
             "config_error": self.config_error,
             "socket": str(cfg.socket),
             "memory_dir": str(cfg.memory_dir),
+            "compaction": {k: v for k, v in self.runtime.compactor.status().items()
+                           if k != "clients"},
             "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
         }
 

@@ -125,7 +125,13 @@ class IndexServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)],
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     # pymilvus pings every 10 s even when idle; gRPC's default server
+                     # policy (5 min) answers that with GOAWAY too_many_pings and the
+                     # client reconnects. Allow the pings instead.
+                     ("grpc.keepalive_permit_without_calls", 1),
+                     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+                     ("grpc.http2.max_ping_strikes", 0)],
         )
         milvus_pb2_grpc.add_MilvusServiceServicer_to_server(
             _servicer_class()(self._db), self._server)

@@ -142,14 +142,15 @@ class PrefixIndex:
 
 
 def render(new: Sequence[Message], exchanges: int, when: datetime, note: str, *,
-           preamble: bool, join_open: bool) -> tuple[str, list[int], int]:
+           preamble: bool, join_open: bool, title: str = "") -> tuple[str, list[int], int]:
     """Markdown for new messages, one `##` exchange per user turn.
 
     `exchanges` is how many the conversation has so far. Returns the text, the exchange
     number of each message (for the prefix index) and the new exchange count. A new
     conversation's leading system/developer prompts go under its header (exchange 0).
     With `join_open`, leading non-user messages (tool results, a continued reply) join
-    the exchange written last, so one turn stays in one chunk.
+    the exchange written last, so one turn stays in one chunk. `title` (the conversation's
+    first user message) goes into every exchange heading.
     """
     out: list[str] = []
     numbers: list[int] = []
@@ -167,15 +168,23 @@ def render(new: Sequence[Message], exchanges: int, when: datetime, note: str, *,
     for message in new[i:]:
         if message.role == "user" and talked:
             exchanges += 1
-            out.append(exchange_block(exchanges, when, group, note))
+            out.append(exchange_block(exchanges, when, group, note, title))
             note, group, talked = "", [], False
         talked = talked or message.role in ("user", "assistant")
         group.extend(message.parts)
         numbers.append(exchanges + 1)
     if group:
         exchanges += 1
-        out.append(exchange_block(exchanges, when, group, note))
+        out.append(exchange_block(exchanges, when, group, note, title))
     return "".join(out), numbers, exchanges
+
+
+def first_user_text(messages: Sequence[Message]) -> str | None:
+    """The text of the first user message (a conversation's title), None without one."""
+    for message in messages:
+        if message.role == "user":
+            return " ".join(p.text for p in message.parts)
+    return None
 
 
 def preamble_length(messages: Sequence[Message]) -> int:

@@ -49,13 +49,17 @@ CREATE TABLE IF NOT EXISTS sessions (
     resumed REAL, resumes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS conversations (
     conv INTEGER PRIMARY KEY, kind TEXT NOT NULL, external_id TEXT, session_id TEXT,
-    number INTEGER NOT NULL, exchanges INTEGER NOT NULL, last_active REAL NOT NULL);
+    number INTEGER NOT NULL, exchanges INTEGER NOT NULL, last_active REAL NOT NULL,
+    title TEXT);
 CREATE TABLE IF NOT EXISTS nodes (
     hash BLOB PRIMARY KEY, conv INTEGER NOT NULL, exchange INTEGER NOT NULL, parent BLOB
 ) WITHOUT ROWID;
 """
-# Columns added after the first release: (name, definition) for ALTER TABLE.
-_ADDED_COLUMNS = [("resumed", "REAL"), ("resumes", "INTEGER NOT NULL DEFAULT 0")]
+# Columns added after the first release: (table, name, definition) for ALTER TABLE.
+_ADDED_COLUMNS = [("sessions", "resumed", "REAL"),
+                  ("sessions", "resumes", "INTEGER NOT NULL DEFAULT 0"),
+                  ("conversations", "title", "TEXT")]
+_CONV_COLUMNS = "conv, kind, external_id, session_id, number, exchanges, last_active, title"
 _SESSION_COLUMNS = ("session_id, state, started, last_activity, ended, end_reason,"
                     " conversations, last_conv, resumed, resumes, size, tail")
 _UPSERT_SESSION = """
@@ -94,7 +98,11 @@ class Session:
 
 @dataclass(slots=True)
 class Conv:
-    """One conversation row: where its latest section is."""
+    """One conversation row: where its latest section is, and its title.
+
+    `title` is the conversation's first user message (None: not known, e.g. a
+    conversation recorded before titles existed); every exchange heading carries it.
+    """
 
     key: int
     kind: str  # "mcp" | "chat"
@@ -103,10 +111,11 @@ class Conv:
     number: int = 0  # its number in that session
     exchanges: int = 0
     last_active: float = 0.0
+    title: str | None = None
 
     def row(self) -> tuple[Any, ...]:
         return (self.key, self.kind, self.external_id, self.session_id, self.number,
-                self.exchanges, self.last_active)
+                self.exchanges, self.last_active, self.title)
 
 
 @dataclass
@@ -157,8 +166,7 @@ class StateStore:
         sessions = [Session(*row) for row in self.db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY started, rowid")]
         convs = [Conv(*row) for row in self.db.execute(
-            "SELECT conv, kind, external_id, session_id, number, exchanges, last_active"
-            " FROM conversations")]
+            f"SELECT {_CONV_COLUMNS} FROM conversations")]
         nodes = self.db.execute("SELECT hash, conv, exchange, parent FROM nodes").fetchall()
         return Loaded(sessions, convs, nodes)
 
@@ -257,8 +265,8 @@ class StateStore:
         try:
             for change in batch:
                 db.executemany(_UPSERT_SESSION, change.session_rows)
-                db.executemany("INSERT OR REPLACE INTO conversations VALUES (?,?,?,?,?,?,?)",
-                               change.conv_rows)
+                db.executemany(f"INSERT OR REPLACE INTO conversations ({_CONV_COLUMNS})"
+                               " VALUES (?,?,?,?,?,?,?,?)", change.conv_rows)
                 db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
             # in order: a reopened file's measured size first, then what was appended to it
             db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
@@ -278,11 +286,11 @@ class StateStore:
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Add the columns a state database from an earlier version lacks."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
-    for name, definition in _ADDED_COLUMNS:
+    for table, name, definition in _ADDED_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if name not in have:
-            db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
-            log.info("state database migrated", column=name)
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+            log.info("state database migrated", table=table, column=name)
 
 
 def _measure(path: Path) -> tuple[int, bytes | None]:

@@ -150,11 +150,12 @@ class ClientSessions:
             await self._reopen(conv)
         if conv is None:
             conv = self._by_external[conversation_id] = self._new_conv("mcp", conversation_id)
+            conv.title = parts[0].text
         stamp = when or _dt(now)
         header = self._header_if_due(sess, conv, stamp)
         conv.exchanges += 1
-        self._append(op, sess, conv, now,
-                     header + transcript.exchange_block(conv.exchanges, stamp, parts))
+        block = transcript.exchange_block(conv.exchanges, stamp, parts, title=conv.title or "")
+        self._append(op, sess, conv, now, header + block)
         await self._submit(op)
         return {"session_id": sess.session_id, "conversation": conv.number,
                 "path": str(self.layout.session_file(sess.session_id))}
@@ -181,6 +182,8 @@ class ClientSessions:
             await self._reopen(conv)
         if conv is None:
             conv = self._new_conv("chat", None)
+        if conv.title is None:  # the request carries the whole history: its first question
+            conv.title = chat.first_user_text(msgs)
         stamp = when or _dt(now)
         header = self._header_if_due(sess, conv, stamp)
         new = [*msgs[k:], resp]
@@ -190,7 +193,8 @@ class ClientSessions:
         join_open = kind == "continuation" and not header and ref == conv.exchanges
         text, numbers, conv.exchanges = chat.render(new, conv.exchanges, stamp, note,
                                                     preamble=kind == "new",
-                                                    join_open=join_open)
+                                                    join_open=join_open,
+                                                    title=conv.title or "")
         op.nodes = self._index.add(hashes, k, numbers, conv.key)
         self._append(op, sess, conv, now, header + text)
         await self._submit(op)

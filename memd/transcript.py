@@ -12,16 +12,21 @@ A session file reads like this (every block ends with one blank line)::
 
     **System:** a preamble (system/developer prompt) sits under the conversation header
 
-    ## 2026-11-30 02:41:07 UTC · exchange 1
+    ## 2026-11-30 02:41:07 UTC · exchange 1 — How do I rotate the API keys?
 
-    **User:** the question
+    **User:** How do I rotate the API keys?
 
     **Assistant:** the answer
 
 The layout is shaped by memsearch's chunker, which splits only at lines matching
 `^#{1,6}\\s` and then by size: one `##` heading per exchange keeps a question and its
 answer in one chunk (measured: 62% evidence recall@5 against 46% with separate
-`## User` / `## Assistant` headings), and the date in the heading is searchable by BM25.
+`## User` / `## Assistant` headings), and the date in the heading is searchable by
+BM25. Every exchange heading ends with the conversation's title (its first user message,
+cut to 70 characters) after ` — `, so a follow-up question that never names its topic is
+still found by it (bench/quality.py: evidence recall@5 67% without, about 90% with). A
+note such as `regenerated reply to exchange 2` sits between the number and the title,
+after ` · `; notes never contain ` — `.
 A conversation that comes back after another one was written gets its header again
 (`# Conversation 1 (..., continued)`); header-only sections carry no text and the
 chunker drops them, so repeats cost nothing in the index.
@@ -69,8 +74,10 @@ _ESCAPE_RE = re.compile(rf"^(?={_STRUCTURAL})", re.MULTILINE)
 _UNESCAPE_RE = re.compile(rf"^\\(?={_STRUCTURAL})", re.MULTILINE)
 _CONV_RE = re.compile(r"^# Conversation (\d+) \((.*)\)$")
 _EXCHANGE_TITLE_RE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) · exchange (\d+)(?: · (.+))?$"
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) · exchange (\d+)(?: · (.+?))?(?: — (.*))?$"
 )
+TITLE_SEP = " — "
+TITLE_CHARS = 70
 _MARKER_RE = re.compile(rf"^\*\*((?:{_LABELS})(?: \([^*\n]*\))?):\*\*(?: |$)")
 _PLAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:+-]*$")
 
@@ -89,6 +96,7 @@ class ParsedExchange:
     when: datetime
     note: str
     parts: list[Part] = field(default_factory=list)
+    title: str = ""
 
 
 @dataclass
@@ -169,10 +177,37 @@ def parts_block(parts: Sequence[Part]) -> str:
     return "".join(f"**{p.label}:** {escape_text(p.text)}\n\n" for p in parts)
 
 
-def exchange_block(number: int, when: datetime, parts: Sequence[Part], note: str = "") -> str:
-    """One exchange under its own `##` heading, so question and answer share a chunk."""
-    title = f"{heading_time(when)} · exchange {number}" + (f" · {note}" if note else "")
-    return f"## {title}\n\n" + parts_block(parts)
+def conversation_title(text: str) -> str:
+    """A conversation's title from its first user message: one line, at most 70 characters.
+
+    Whitespace and control characters collapse to single spaces, so the title can never
+    end the heading line; a longer text is cut at a word boundary and ends with `…`.
+    """
+    text = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
+    text = " ".join(text.split())
+    if len(text) <= TITLE_CHARS:
+        return text
+    cut = text[:TITLE_CHARS]
+    if text[TITLE_CHARS] != " " and " " in cut:
+        cut = cut[:cut.rindex(" ")]
+    cut = cut.rstrip()
+    if len(cut) >= TITLE_CHARS:
+        cut = cut[:TITLE_CHARS - 1].rstrip()
+    return cut + "…"
+
+
+def exchange_block(number: int, when: datetime, parts: Sequence[Part], note: str = "",
+                   title: str = "") -> str:
+    """One exchange under its own `##` heading, so question and answer share a chunk.
+
+    The heading carries the conversation's title (made safe with `conversation_title`)
+    so that follow-up questions are found by the conversation's topic.
+    """
+    heading = f"{heading_time(when)} · exchange {number}" + (f" · {note}" if note else "")
+    title = conversation_title(title)
+    if title:
+        heading += TITLE_SEP + title
+    return f"## {heading}\n\n" + parts_block(parts)
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -183,11 +218,17 @@ def parse_exchange_title(title: str) -> tuple[datetime, int, str] | None:
 
     Recall uses this to filter by time with the precision of one exchange.
     """
+    parsed = parse_exchange_heading(title)
+    return parsed[:3] if parsed else None
+
+
+def parse_exchange_heading(title: str) -> tuple[datetime, int, str, str] | None:
+    """Time, number, note and conversation title of an exchange heading (without `## `)."""
     m = _EXCHANGE_TITLE_RE.match(title)
     if not m:
         return None
     when = datetime.strptime(m.group(1), HEADING_TIME).replace(tzinfo=UTC)
-    return when, int(m.group(2)), m.group(3) or ""
+    return when, int(m.group(2)), m.group(3) or "", m.group(4) or ""
 
 
 def parse_transcript(text: str) -> ParsedTranscript:
@@ -224,9 +265,9 @@ def parse_transcript(text: str) -> ParsedTranscript:
             flush()
             convs.append(ParsedConversation(int(m.group(1)), m.group(2)))
             exchange = None
-        elif line.startswith("## ") and (parsed := parse_exchange_title(line[3:])):
+        elif line.startswith("## ") and (parsed := parse_exchange_heading(line[3:])):
             flush()
-            exchange = ParsedExchange(parsed[1], parsed[0], parsed[2])
+            exchange = ParsedExchange(parsed[1], parsed[0], parsed[2], title=parsed[3])
             conversation().exchanges.append(exchange)
         elif m := _MARKER_RE.match(line):
             flush()

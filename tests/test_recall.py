@@ -149,8 +149,13 @@ async def _record(layout: ClientLayout, *exchanges: tuple[str, str, str, str]) -
 
 
 def _lines_of(path: Path, heading: str) -> int:
-    """1-based line of a heading in a file, as memsearch numbers chunk lines."""
-    return path.read_text(encoding="utf-8").split("\n").index(heading) + 1
+    """1-based line of a heading in a file, as memsearch numbers chunk lines.
+
+    `heading` is the heading up to the exchange number; the conversation title follows.
+    """
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return next(i for i, line in enumerate(lines, 1)
+                if line == heading or line.startswith(heading + " — "))
 
 
 @pytest.fixture
@@ -178,7 +183,8 @@ def test_transcript_label_names_session_conversation_and_time(layout: ClientLayo
     assert src.label == (f"transcript · session {path.stem} · conversation 2 · "
                          "2026-11-02 11:05:00 UTC")
     assert memory.content.startswith(heading)
-    assert "**User:** more in it" in memory.content and "second conversation" not in memory.content
+    assert "**User:** more in it" in memory.content
+    assert "**User:** second conversation" not in memory.content
 
 
 def test_summary_and_other_files_are_labelled_without_absolute_paths(
@@ -406,7 +412,7 @@ def test_recall_finds_the_right_exchange(indexed: dict[str, ClientIndex]) -> Non
     out = _recall(alice, "capital of Australia", top_k=3)
     best = out["results"][0]
     assert "Canberra is the capital of Australia." in best["content"]
-    assert best["heading"] == "2026-10-01 10:00:00 UTC · exchange 1"
+    assert best["heading"].startswith("2026-10-01 10:00:00 UTC · exchange 1 — ")
     assert best["kind"] == "transcript" and best["when"] == "2026-10-01 10:00:00 UTC"
     assert best["source"].startswith("sessions/") and 0 < best["score"] <= 1
     assert out["text"].startswith("Found 3 memories")

@@ -154,7 +154,8 @@ def test_recall_finds_the_exchange_with_its_label(memd: Memd) -> None:
     assert len(out["results"]) == 2 and out["text"].startswith("Found 2 memories")
     best = out["results"][0]
     assert "Canberra is the capital of Australia." in best["content"]
-    assert best["heading"] == "2026-10-01 10:00:00 UTC · exchange 1"
+    assert best["heading"] == ("2026-10-01 10:00:00 UTC · exchange 1 — "
+                               "What is the capital of Australia?")
     assert best["kind"] == "transcript" and best["when"] == "2026-10-01 10:00:00 UTC"
     session = memd.recorded["alice"][0]["session_id"]
     assert best["source"] == f"sessions/{session}.md" and best["session_id"] == session

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -671,5 +672,72 @@ def test_closed_store_refuses_calls(tmp_path: Path) -> None:
         await cs.close()
         with pytest.raises(StorageError):
             await cs.list_sessions()
+
+    run(scenario)
+
+
+def _titles(result: dict[str, Any]) -> list[tuple[int, int, str]]:
+    parsed = parse(result)
+    return [(c.number, e.number, e.title) for c in parsed.conversations for e in c.exchanges]
+
+
+def test_title_in_every_exchange_heading_survives_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with store(tmp_path, clock) as cs:
+            r = await cs.record_exchange("mcp", "How do I rotate\nthe API keys?", "Like so.")
+            await cs.record_exchange("mcp", "and for staging?", "Same.")
+            history = [s("sys"), u("Which sqlite pragma is safest?"), a("FULL")]
+            await cs.record_chat(history[:2], history[2])
+            await cs.record_exchange("mcp", "and in prod?", "Carefully.")
+        clock.advance(1)
+        async with store(tmp_path, clock) as cs:
+            await cs.record_exchange("mcp", "thanks", "welcome")
+            await cs.record_chat([*history, u("why?")], a("durability"))
+            await cs.record_chat([*history, u("why?")], a("durability, again"))  # regenerated
+        keys, pragma = "How do I rotate the API keys?", "Which sqlite pragma is safest?"
+        assert _titles(r) == [(1, 1, keys), (1, 2, keys), (2, 1, pragma), (1, 3, keys),
+                              (1, 4, keys), (2, 2, pragma), (2, 3, pragma)]
+        assert parse(r).conversations[-1].exchanges[-1].note == \
+            "regenerated reply to exchange 2"
+
+    run(scenario)
+
+
+def test_title_survives_archive_and_resume(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        layout = ClientLayout(tmp_path, "c1")
+        async with store(tmp_path, clock) as cs:
+            r = await cs.record_exchange("mcp", "Kubernetes upgrade plan", "step one")
+            await cs.close_active()
+        transcript.archive(layout, r["session_id"])
+        async with store(tmp_path, clock) as cs:
+            await cs.mark_compacted(r["session_id"])
+        clock.advance(60)
+        async with store(tmp_path, clock) as cs:
+            r2 = await cs.record_exchange("mcp", "and then?", "step two")
+        assert r2["session_id"] == r["session_id"]
+        assert [t for _, _, t in _titles(r)] == ["Kubernetes upgrade plan"] * 2
+
+    run(scenario)
+
+
+def test_state_database_without_title_column_is_migrated(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        async with store(tmp_path, clock) as cs:
+            r = await cs.record_exchange("old", "old question", "old answer")
+        db = sqlite3.connect(tmp_path / "c1" / ".memd" / "state.sqlite3")
+        db.execute("ALTER TABLE conversations DROP COLUMN title")
+        db.commit()
+        db.close()
+        async with store(tmp_path, clock) as cs:
+            await cs.record_exchange("old", "follow-up", "answer")  # title unknown: none
+            await cs.record_exchange("new", "fresh topic", "answer")
+        async with store(tmp_path, clock) as cs:
+            await cs.record_exchange("new", "more", "answer")
+        assert _titles(r) == [(1, 1, "old question"), (1, 2, ""), (2, 1, "fresh topic"),
+                              (2, 2, "fresh topic")]
 
     run(scenario)

@@ -232,3 +232,53 @@ def test_archive_and_restore_move_between_folders(tmp_path: Path) -> None:
     assert layout.session_file(sid).read_text() == "x" and not layout.archive_file(sid).exists()
     with pytest.raises(FileNotFoundError):
         transcript.restore(layout, sid)
+
+
+@pytest.mark.parametrize(("text", "title"), [
+    ("  How do I\n\trotate   the API keys?  ", "How do I rotate the API keys?"),
+    ("# heading\n## two\r\nlines\u2028sep\x00nul", "# heading ## two lines sep nul"),
+    ("word " * 30, "word " * 13 + "word…"),
+    ("x" * 100, "x" * 69 + "…"),
+    ("", ""),
+])
+def test_conversation_title_is_one_short_line(text: str, title: str) -> None:
+    got = transcript.conversation_title(text)
+    assert got == title
+    assert len(got) <= transcript.TITLE_CHARS
+    assert got == transcript.conversation_title(got)
+
+
+def test_title_and_note_are_told_apart_and_texts_read_back() -> None:
+    title = "Why does a · b — c\n## fail? · exchange 7 — x"
+    block = (transcript.conversation_header(1, WHEN)
+             + transcript.exchange_block(3, WHEN, [Part("User", "u"), Part("Assistant", "a")],
+                                         note="regenerated reply to exchange 2", title=title)
+             + transcript.exchange_block(4, WHEN, [Part("User", "v")], title=title))
+    headings = [line[3:] for line in block.split("\n") if line.startswith("## ")]
+    safe = transcript.conversation_title(title)
+    assert headings == [
+        f"2026-11-30 02:41:07 UTC · exchange 3 · regenerated reply to exchange 2 — {safe}",
+        f"2026-11-30 02:41:07 UTC · exchange 4 — {safe}"]
+    assert transcript.parse_exchange_title(headings[0]) == \
+        (WHEN, 3, "regenerated reply to exchange 2")
+    assert transcript.parse_exchange_title(headings[1]) == (WHEN, 4, "")
+    assert transcript.parse_exchange_heading(headings[1]) == (WHEN, 4, "", safe)
+    [conv] = transcript.parse_transcript(block).conversations
+    assert [(e.number, e.note, e.title) for e in conv.exchanges] == \
+        [(3, "regenerated reply to exchange 2", safe), (4, "", safe)]
+    assert [p.text for e in conv.exchanges for p in e.parts] == ["u", "a", "v"]
+
+
+def test_titled_exchange_keeps_question_and_answer_in_one_chunk() -> None:
+    title = "How do I rotate the API keys for the staging cluster without downtime?"
+    text = transcript.conversation_header(1, WHEN) + "".join(
+        transcript.exchange_block(n, WHEN, [Part("User", f"question {n}"),
+                                            Part("Assistant", f"answer {n}")], title=title)
+        for n in (1, 2))
+    chunks = [c for c in chunk_markdown(text) if c.content.strip()
+              and c.heading.startswith("2026")]
+    assert len(chunks) == 2
+    for n, chunk in enumerate(chunks, 1):
+        assert transcript.parse_exchange_title(chunk.heading) == (WHEN, n, "")
+        assert "rotate the API keys" in chunk.content
+        assert f"question {n}" in chunk.content and f"answer {n}" in chunk.content

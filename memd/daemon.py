@@ -114,6 +114,10 @@ class Daemon:
     async def reload(self) -> bool:
         """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""
         try:
+            if self.config.source is not None and _blank(self.config_path):
+                raise ConfigError(f"{self.config_path}: the config file was deleted or emptied; "
+                                  "the daemon keeps the last good config (restart memd to "
+                                  "run on the defaults)")
             new = load_config(self.config_path)
             for key in RESTART_KEYS:
                 if getattr(new, key) != getattr(self.config, key):
@@ -127,7 +131,12 @@ class Daemon:
         if new == self.config:
             self.config_error = None
             return False
-        await self.apply_config(new)
+        try:
+            await self.apply_config(new)
+        except Exception as exc:  # never let a reload take the config watcher down
+            log.exception("config.apply_failed", path=str(self.config_path))
+            self.config_error = f"{self.config_path}: applying the config failed: {exc}"
+            return False
         self.config_error = None
         log.info("config.applied", path=str(self.config_path),
                  clients=sorted(new.enabled_clients()))
@@ -193,6 +202,16 @@ class Daemon:
     def status_line(self) -> str:
         n = len(self.config.enabled_clients())
         return f"serving {n} client{'s' if n != 1 else ''} on {self.config.socket}"
+
+
+def _blank(path: Path) -> bool:
+    """Missing, or nothing but whitespace: an editor mid-save, or a deleted file."""
+    try:
+        return not path.read_bytes().strip()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # unreadable: load_config reports it
 
 
 def _file_signature(path: Path) -> tuple[int, int, int] | None:

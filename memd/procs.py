@@ -196,7 +196,11 @@ class PopenProc:
             return
         record = read_pidfile(self._spec.pidfile)
         if record is not None and record.get("pid") == self.pid:
-            self._spec.pidfile.unlink(missing_ok=True)
+            try:
+                self._spec.pidfile.unlink(missing_ok=True)
+            except OSError as exc:  # read-only or broken disk: the reap must still happen
+                log.warning("pidfile not removed", name=self._spec.name, pid=self.pid,
+                            error=str(exc))
 
     def write_pidfile(self) -> None:
         assert self._spec.pidfile is not None

@@ -13,9 +13,12 @@ characters of text, clipping long sections around the chunk that matched.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -281,8 +284,8 @@ async def recall(searcher: IndexSearcher | None, query: str, top_k: int,
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     fetch = top_k * OVERFETCH + 1
-    search = asyncio.to_thread(searcher.search, query, fetch, after=after, before=before,
-                               timeout=timeout)
+    search = _lane(searcher).submit(functools.partial(
+        searcher.search, query, fetch, after=after, before=before, timeout=timeout))
     try:
         hits = await asyncio.wait_for(search, timeout + 1.0)
     except TimeoutError:
@@ -290,6 +293,42 @@ async def recall(searcher: IndexSearcher | None, query: str, top_k: int,
             from None
     memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
     return render(memories, budget)
+
+
+LANE_THREADS = 2  # searches of one client at once
+LANE_WAITING = 2  # more may queue; past that a recall fails at once
+
+
+class _Lane:
+    """One client's own search threads: a hung index server ties up only these, never the
+    threads other clients' recalls (or anything else on the loop's executor) need."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
+        self.busy = 0  # submitted and not finished: running or queued
+
+    def submit(self, fn: Callable[[], list[Hit]]) -> asyncio.Future[list[Hit]]:
+        if self.busy >= LANE_THREADS + LANE_WAITING:
+            raise IndexUnavailableError("the memory index is not answering (earlier recalls "
+                                        "are still waiting for it)")
+        self.busy += 1
+        future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: asyncio.Future[list[Hit]]) -> None:
+        self.busy -= 1
+
+
+_LANES: weakref.WeakKeyDictionary[IndexSearcher, _Lane] = weakref.WeakKeyDictionary()
+
+
+def _lane(searcher: IndexSearcher) -> _Lane:
+    lane = _LANES.get(searcher)
+    if lane is None:
+        lane = _LANES[searcher] = _Lane()
+        weakref.finalize(searcher, lane.pool.shutdown, wait=False)
+    return lane
 
 
 def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memory]:

@@ -53,6 +53,7 @@ class Runtime:
         self.compactor = Compactor(config.compaction, on_compacted=self._mark_compacted)
         self.pipelines = Pipelines()
         self._started = False
+        self._errors: dict[str, str] = {}  # enabled clients that could not be opened
 
     async def client(self, client_id: str) -> ClientRuntime:
         """The client's services, or the error that says why memory is off for it.
@@ -68,8 +69,9 @@ class Runtime:
                 memory_client(self.config, client_id)
                 runtime = self.clients.get(client_id)
         if runtime is None:
-            raise ClientDisabled(f"memory for client {client_id!r} could not be started",
-                                 kind="not_started")
+            reason = self._errors.get(client_id)
+            raise ClientDisabled(f"memory for client {client_id!r} could not be started"
+                                 + (f": {reason}" if reason else ""), kind="not_started")
         return runtime
 
     async def apply(self, new: Config) -> None:
@@ -88,10 +90,18 @@ class Runtime:
             if new.compaction != self.config.compaction:
                 self.compactor.set_config(new.compaction)
             self.config = new
+            for client_id in set(self._errors) - set(wanted):
+                del self._errors[client_id]
             for client_id in sorted(wanted):
                 runtime = self.clients.get(client_id)
                 if runtime is None:
-                    self.clients[client_id] = await self._open(new, client_id)
+                    try:
+                        self.clients[client_id] = await self._open(new, client_id)
+                    except Exception as exc:  # its folder is broken: the others go on
+                        log.exception("client.start_failed", client=client_id)
+                        self._errors[client_id] = f"{type(exc).__name__}: {exc}"
+                        continue
+                    self._errors.pop(client_id, None)
                     log.info("client.started", client=client_id)
                 else:
                     runtime.sessions.set_limits(new.session_inactivity_minutes,
@@ -154,7 +164,8 @@ class Runtime:
     def status(self, client_id: str) -> dict[str, Any]:
         runtime = self.clients.get(client_id)
         if runtime is None:
-            return {}
+            error = self._errors.get(client_id)
+            return {"client_error": error} if error else {}
         return {"active_session": runtime.sessions.active_session(),
                 "active_sessions": runtime.sessions.active_sessions(),
                 "compaction": self.compactor.client_status(client_id),

@@ -29,10 +29,14 @@ one write and one fsync per file, then the state), and only then answers the cal
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -48,6 +52,9 @@ from memd.transcript import Part
 log = structlog.get_logger()
 
 OFFLOAD_MESSAGES = 256  # hash bigger requests in a thread, off the event loop
+# Its own threads: the loop's default executor also runs recall searches, which can all
+# be stuck on a hung index server for their whole timeout.
+_HASHING = ThreadPoolExecutor(2, thread_name_prefix="memd-hash")
 
 
 @dataclass
@@ -102,6 +109,10 @@ class ClientSessions:
         self._by_external: dict[str, _Conv] = {}
         self._index = chat.PrefixIndex()
         self._ready = asyncio.Event()
+        # Set when reloading the state after a failed write failed too (disk read-only,
+        # full): calls fail fast with StorageError and the next call tries the reload again.
+        self._broken: Exception | None = None
+        self._reload_lock = asyncio.Lock()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -165,7 +176,8 @@ class ClientSessions:
         """both: record an OpenAI chat call (the messages sent and the reply); see module doc."""
         when = chat.parse_timestamp(timestamp)
         if isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES:
-            msgs, resp, hashes = await asyncio.to_thread(chat.prepare, messages, response)
+            msgs, resp, hashes = await asyncio.get_running_loop().run_in_executor(
+                _HASHING, chat.prepare, messages, response)
         else:
             msgs, resp, hashes = chat.prepare(messages, response)
         while True:
@@ -374,7 +386,8 @@ class ClientSessions:
         op = _Op()
         for sess in sorted(self._active.values(),
                            key=lambda s: (s is not self._current, s.started)):
-            self._end(sess, at, "closed", op)
+            # max(): the wall clock may have been stepped back since the last activity
+            self._end(sess, max(at, sess.last_activity), "closed", op)
         if not op.events:
             return []
         await self._submit(op, wait_hooks=True)
@@ -439,10 +452,19 @@ class ClientSessions:
         return self.on_end if kind == "end" else self.on_resume
 
     async def _after_failure(self, exc: Exception) -> None:
-        """A write failed: what was decided is void; rebuild memory from the committed state."""
+        """A write failed: what was decided is void; rebuild memory from the committed state.
+
+        If that fails too, the store is marked broken instead of staying unready: calls
+        then fail fast (and retry the reload) rather than wait for ever.
+        """
         self._ready.clear()
         await self._committer.io(self._disk.close)
-        await self._reload()
+        try:
+            await self._reload()
+        except Exception as reload_exc:
+            self._broken = reload_exc
+            self._ready.set()  # waiters wake up and see the broken store
+            raise
 
     async def _reload(self) -> None:
         self._ready.clear()
@@ -462,6 +484,38 @@ class ClientSessions:
         if not self._committer.running:
             raise StorageError("session store is not open")
         await self._ready.wait()
+        if self._broken is not None:
+            await self._retry_reload()
+
+    async def _retry_reload(self) -> None:
+        """One caller at a time tries to reopen the state; the others get its verdict."""
+        async with self._reload_lock:
+            if self._broken is None:
+                return
+            try:
+                # Touch the database only once the disk takes writes again: reopening
+                # sqlite over and over on a failing filesystem gains nothing.
+                await self._committer.io(_probe_writable, self.layout.tmp_dir)
+                await self._committer.io(self._disk.close)
+                await self._reload()
+            except Exception as exc:
+                self._broken = exc
+                self._ready.set()
+                raise StorageError(f"could not record: the session store cannot be "
+                                   f"reopened: {exc}") from exc
+            self._broken = None
+            log.info("session store reopened", client=self.client_id)
+
+
+def _probe_writable(folder: Path) -> None:
+    """Create, fsync and remove a small file: raises OSError while the disk refuses writes."""
+    fd, name = tempfile.mkstemp(dir=folder, prefix="probe.", suffix=".tmp")
+    try:
+        os.write(fd, b"memd")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(name)
 
 
 def _dt(ts: float) -> datetime:

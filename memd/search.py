@@ -153,6 +153,11 @@ class _OllamaQueryEmbedding:
 # -- time filter ------------------------------------------------------------------------------
 
 
+# The last second datetime can step past; no exchange is recorded that late, so a
+# `before` there needs no bound in Milvus (and +1 s would overflow).
+_END_OF_TIME = datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1)
+
+
 def time_filter_expr(after: datetime | None, before: datetime | None) -> str:
     """A `heading` range that contains every exchange in [after, before) (and maybe a few
     non-exchange headings, which the exact check drops)."""
@@ -160,7 +165,7 @@ def time_filter_expr(after: datetime | None, before: datetime | None) -> str:
     if after is not None:
         floor = _aware(after).replace(microsecond=0)
         parts.append(f'heading >= "{heading_time(floor)}"')
-    if before is not None:
+    if before is not None and _aware(before) < _END_OF_TIME:
         ceil = _aware(before).replace(microsecond=0) + timedelta(seconds=1)
         parts.append(f'heading < "{heading_time(ceil)}"')
     return " and ".join(parts)

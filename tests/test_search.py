@@ -262,3 +262,15 @@ def test_search_survives_an_index_server_restart(index: Index, searcher: IndexSe
     other.release_collection(COLLECTION)  # as a restarted Milvus Lite opens it
     other.close()
     assert "Paris" in searcher.search("capital of France")[0].content
+
+
+def test_time_filter_at_the_end_of_time_does_not_overflow() -> None:
+    """Found by fuzzing memory.recall: before=9999-12-31T23:59:59Z raised OverflowError."""
+    from datetime import UTC, datetime
+
+    from memd.search import time_filter_expr
+
+    end = datetime(9999, 12, 31, 23, 59, 59)
+    assert time_filter_expr(None, end) == ""
+    assert time_filter_expr(None, end.replace(tzinfo=UTC)) == ""
+    assert time_filter_expr(datetime(2026, 1, 1), end) == 'heading >= "2026-01-01 00:00:00 UTC"'

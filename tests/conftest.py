@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import os
-
 import pytest
 from hypothesis import settings
+
+from tests.support.daemon import DaemonProcess, base_config, write_config
 
 # CI runs the fuzzers on a fixed seed so that a landing never depends on luck; locally
 # every run explores new inputs (and hypothesis replays the failures it found).
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-from tests.support.daemon import DaemonProcess, base_config, write_config
 
 
 @pytest.fixture

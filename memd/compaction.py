@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -274,6 +274,22 @@ class Compactor:
         """Wait until nothing is queued or running (retries scheduled later don't count)."""
         await self._queue.join()
 
+    async def _tracked(self, key: Key, work: Coroutine[Any, Any, Any],
+                       name: str) -> asyncio.Task[Any]:
+        """Run `work` as this session's job, visible in `_running` so a restore can cancel
+        it; returns the finished (or cancelled) task."""
+        job = asyncio.create_task(work, name=name)
+        self._running[key] = job
+        try:
+            await asyncio.wait([job])
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        finally:
+            if self._running.get(key) is job:
+                del self._running[key]
+        return job
+
     def _enqueue(self, key: Key) -> None:
         if key not in self._queued and key not in self._running:
             self._queued.add(key)
@@ -296,16 +312,7 @@ class Compactor:
                 if key not in self._queued:
                     continue  # withdrawn (restore, client closed) while it waited
                 self._queued.discard(key)
-                job = asyncio.create_task(self._compact(key), name=f"compaction:{key[1]}")
-                self._running[key] = job
-                try:
-                    await asyncio.wait([job])
-                except asyncio.CancelledError:
-                    job.cancel()
-                    raise
-                finally:
-                    if self._running.get(key) is job:
-                        del self._running[key]
+                job = await self._tracked(key, self._compact(key), f"compaction:{key[1]}")
                 if not job.cancelled() and job.exception() is not None:
                     log.error("compaction.crashed", client=key[0], session=key[1],
                               error=repr(job.exception()))
@@ -360,16 +367,7 @@ class Compactor:
         key = (client.layout.client_id, sid)
         if key in self._running or key in self._queued:
             return {"session_id": sid, "result": "busy", "error": "a compaction is running"}
-        job = asyncio.create_task(self._recompact(client, sid), name=f"recompaction:{sid}")
-        self._running[key] = job
-        try:
-            await asyncio.wait([job])
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
-        finally:
-            if self._running.get(key) is job:
-                del self._running[key]
+        job = await self._tracked(key, self._recompact(client, sid), f"recompaction:{sid}")
         if job.cancelled():
             return {"session_id": sid, "result": "cancelled",
                     "error": "the session was restored or compaction stopped"}

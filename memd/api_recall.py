@@ -19,7 +19,7 @@ import structlog
 
 from memd import recall as rc
 from memd.clients import check_client_id, memory_client
-from memd.errors import IndexUnavailable, InvalidParams, MemdError
+from memd.errors import IndexUnavailable, InvalidParams, MemdError, Timeout
 from memd.rpc import JsonParams, Params, Registry
 from memd.search import IndexUnavailableError
 
@@ -30,6 +30,7 @@ log = structlog.get_logger()
 
 UNAVAILABLE_TEXT = ("Memory is not available right now: the memory index is starting or "
                     "restarting. Try again in a moment.")
+BUSY_TEXT = "Memory recall timed out because memd is busy right now. Try again in a moment."
 FAILED_TEXT = "Memory recall failed with an internal error (details are in memd's log)."
 
 
@@ -59,6 +60,10 @@ def register(registry: Registry, app: Daemon) -> None:
                 f"the memory index of client {client_id!r} is not available (starting, "
                 "restarting or not answering); retry shortly", data={"client_id": client_id},
             ) from None
+        except rc.RecallTimeoutError as exc:
+            log.warning("recall.timeout", client=client_id, error=str(exc))
+            raise Timeout(f"recall for client {client_id!r} timed out: {exc}; retry shortly",
+                          data={"client_id": client_id}) from None
 
     @registry.method("memory.tools")
     async def memory_tools(params: JsonParams) -> dict[str, Any]:
@@ -116,6 +121,9 @@ async def call_tool(app: Daemon, client_id: str, name: str,
     except IndexUnavailableError as exc:
         log.warning("recall.unavailable", client=client_id, error=str(exc))
         return tool_result(UNAVAILABLE_TEXT, error=True)
+    except rc.RecallTimeoutError as exc:
+        log.warning("recall.timeout", client=client_id, error=str(exc))
+        return tool_result(BUSY_TEXT, error=True)
     except Exception:
         log.exception("recall.failed", client=client_id)
         return tool_result(FAILED_TEXT, error=True)

@@ -53,6 +53,11 @@ TIME_FORMS = ("an ISO date (2026-11-01), an ISO datetime (2026-11-01T14:00, "
               "or a time before now: 30m, 6h, 2d, 1w (minutes, hours, days, weeks)")
 
 
+class RecallTimeoutError(Exception):
+    """The index answered but expanding its hits outran the deadline: the daemon is
+    overloaded (its threads are busy), which is neither the index's fault nor a bug."""
+
+
 class RecallArgumentError(ValueError):
     """A tool argument the LLM (or a caller) got wrong; the message says what is accepted."""
 
@@ -291,7 +296,12 @@ async def recall(searcher: IndexSearcher | None, query: str, top_k: int,
     except TimeoutError:
         raise IndexUnavailableError(f"the memory index did not answer within {timeout:g} s") \
             from None
-    memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
+    try:
+        memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k),
+                                          timeout)
+    except TimeoutError:
+        raise RecallTimeoutError(f"reading the matching transcripts took over {timeout:g} s "
+                                 "(memd is overloaded)") from None
     return render(memories, budget)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -489,6 +491,31 @@ def test_isolation_between_clients(indexed: dict[str, ClientIndex]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_busy_threads_make_a_timeout_not_an_internal_error(
+        indexed: dict[str, ClientIndex]) -> None:
+    """Expanding hits reads transcripts on the loop's default threads; when all of them are
+    busy (memd overloaded) past the deadline, recall says so with its own error."""
+    alice = indexed["alice"]
+
+    async def crowded() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        release = threading.Event()
+        pool = ThreadPoolExecutor(2)
+        loop.set_default_executor(pool)
+        blockers = [loop.run_in_executor(None, release.wait) for _ in range(2)]
+        try:
+            return await rc.recall(alice.searcher, "capital of Australia", 3, None, None,
+                                   alice.layout, timeout=1.0)
+        finally:
+            release.set()
+            await asyncio.gather(*blockers)
+
+    with pytest.raises(rc.RecallTimeoutError, match="overloaded"):
+        asyncio.run(crowded())
+    assert "Canberra" in _recall(alice, "capital of Australia")["text"]  # free threads: fine
+
+
 def test_empty_index_says_no_memories(tmp_path: Path, embed_server: EmbeddingServer) -> None:
     index = ClientIndex(client_config(tmp_path / "memory", "carol"), "carol", embed_server)
     try:

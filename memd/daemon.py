@@ -113,6 +113,7 @@ class Daemon:
 
     async def reload(self) -> bool:
         """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""
+        await _settled(self.config_path)
         try:
             if self.config.source is not None and _blank(self.config_path):
                 raise ConfigError(f"{self.config_path}: the config file was deleted or emptied; "
@@ -212,6 +213,25 @@ def _blank(path: Path) -> bool:
         return True
     except OSError:
         return False  # unreadable: load_config reports it
+
+
+CONFIG_QUIET = 0.3  # seconds a config file must stay unchanged before it is read
+CONFIG_SETTLE_LIMIT = 5.0  # a file that never settles is read anyway after this long
+
+
+async def _settled(path: Path, quiet: float = CONFIG_QUIET,
+                   limit: float = CONFIG_SETTLE_LIMIT) -> None:
+    """Wait until `path` has stopped changing: an editor or script that writes the file in
+    several pieces can leave a prefix that is valid TOML (cut at a line boundary) and that,
+    applied, would switch off every client named further down."""
+    deadline = time.monotonic() + limit
+    seen = _file_signature(path)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet)
+        current = _file_signature(path)
+        if current == seen:
+            return
+        seen = current
 
 
 def _file_signature(path: Path) -> tuple[int, int, int] | None:

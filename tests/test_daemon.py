@@ -109,6 +109,29 @@ def test_broken_edit_keeps_last_good_config(config_file, daemon_factory, tmp_pat
     assert (tmp_path / "memory" / "agent" / "sessions").is_dir()
 
 
+def test_config_written_in_pieces_is_read_once_it_settles(config_file, daemon_factory,
+                                                        tmp_path) -> None:
+    """A save in two writes: the first piece ends at a line boundary before the clients, so
+    on its own it is valid TOML that would switch every client off. memd waits for the
+    file to stop changing and so only ever sees the whole file (equal to the running one)."""
+    path = config_file(clients={"gw": CLIENTS["gw"], "agent": CLIENTS["agent"]})
+    memd = daemon_factory(path)
+    text = path.read_text(encoding="utf-8")
+    cut = text.index("[clients.")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:cut])
+        f.flush()
+        time.sleep(0.15)  # a pause between the writer's two writes
+        f.write(text[cut:])
+    time.sleep(1.5)  # long enough for a reload of the first piece alone to finish
+    write_config(path, base_config(tmp_path, clients={"gw": CLIENTS["gw"],
+                                                      "agent": CLIENTS["agent"]},
+                                   search_top_k=7))  # a later edit: once it is applied,
+    wait_for(lambda: "config.applied" in memd.log())  # the pieced one was handled
+    applied = [line for line in memd.log().splitlines() if "config.applied" in line]
+    assert all("agent" in line and "gw" in line for line in applied), applied
+
+
 def test_restart_only_keys_are_refused_live(config_file, daemon_factory, tmp_path) -> None:
     path = config_file()
     memd = daemon_factory(path)

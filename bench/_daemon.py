@@ -28,8 +28,11 @@ from tests.support.daemon import DaemonProcess, base_config, write_config
 
 @contextlib.contextmanager
 def running_daemon(**config: Any) -> Iterator[DaemonProcess]:
-    """Start memd with `config` (paths inside a temp folder) and stop it afterwards."""
-    with tempfile.TemporaryDirectory(prefix="memd-bench-") as tmp:
+    """Start memd with `config` (paths inside a temp folder) and stop it afterwards.
+
+    With MEMD_BENCH_KEEP=1 in the environment the folder (memd.log, transcripts, child
+    logs) is kept and its path printed, to look into what a run did."""
+    with _bench_folder() as tmp:
         path = write_config(Path(tmp) / "config.toml", base_config(Path(tmp), **config))
         # memd runs in its own session: make a SIGTERM of the bench stop it too.
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -40,6 +43,19 @@ def running_daemon(**config: Any) -> Iterator[DaemonProcess]:
         finally:
             proc.stop()
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _bench_folder() -> Iterator[str]:
+    if not os.environ.get("MEMD_BENCH_KEEP"):
+        with tempfile.TemporaryDirectory(prefix="memd-bench-") as tmp:
+            yield tmp
+        return
+    tmp = tempfile.mkdtemp(prefix="memd-bench-")
+    try:
+        yield tmp
+    finally:
+        print(f"bench folder kept: {tmp}", file=sys.stderr)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -152,7 +152,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return EXIT_OK
     print(f"memd {status['version']}  pid {status['pid']}  "
-          f"up {_duration(status['uptime_seconds'])}")
+          f"up {_duration(status['uptime_seconds'])}  rss {status['rss_bytes'] // 2**20} MB")
     print(f"config   {status['config_path']}"
           + ("" if status["config_loaded"] else "  (not found: defaults)"))
     if status.get("config_error"):

@@ -10,10 +10,11 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import structlog
 import watchfiles
 
-from memd import __version__
+from memd import __version__, heap
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.notify import SystemdNotifier
@@ -69,6 +70,8 @@ class Daemon:
         self._spawn(self.runtime.monitor(), "session-monitor")
         if self.notifier.watchdog_interval:
             self._spawn(self._watchdog(self.notifier.watchdog_interval), "watchdog")
+        if heap.available():
+            self._spawn(self._trim_heap(heap.TRIM_INTERVAL), "heap-trim")
         await self._stop.wait()
         await self.shutdown()
         return 0
@@ -176,6 +179,12 @@ class Daemon:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
+    async def _trim_heap(self, interval: float) -> None:
+        """Give freed heap pages back to the kernel now and then (see memd/heap.py)."""
+        while True:
+            await asyncio.sleep(interval)
+            heap.trim()
+
     # --- status ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -185,6 +194,7 @@ class Daemon:
             "pid": os.getpid(),
             "state": "running" if self.ready else "starting",
             "uptime_seconds": round(time.time() - self.started_at, 3),
+            "rss_bytes": psutil.Process().memory_info().rss,  # memd alone, children below
             "config_path": str(self.config_path),
             "config_loaded": cfg.source is not None,
             "config_error": self.config_error,
@@ -254,4 +264,5 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 
 def run_daemon(config_path: Path, config: Config) -> int:
     """Entry point for `memd run`."""
+    heap.limit_arenas()  # before any thread starts: see memd/heap.py
     return asyncio.run(Daemon(config_path, config).run())

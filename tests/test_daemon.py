@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from memd.client import RemoteError
@@ -45,6 +46,8 @@ def test_status_and_clients(config_file, daemon_factory) -> None:
     assert status["config_path"] == str(path)
     assert status["config_error"] is None
     assert status["uptime_seconds"] >= 0
+    rss = psutil.Process(memd.proc.pid).memory_info().rss  # memd's own, not its children's
+    assert abs(status["rss_bytes"] - rss) < 16 * 2**20
     assert set(status["clients"]) == set(CLIENTS)
     assert status["clients"]["gw"]["memory_on"] is True
     assert status["clients"]["router"]["memory_on"] is False
@@ -55,7 +58,7 @@ def test_status_and_clients(config_file, daemon_factory) -> None:
 
     out = memd_cli("status", "--config", str(path))
     assert out.returncode == 0, out.stderr
-    assert "gw" in out.stdout and "unsupported mode" in out.stdout
+    assert "gw" in out.stdout and "unsupported mode" in out.stdout and " MB" in out.stdout
     out = memd_cli("clients", "--config", str(path))
     assert out.returncode == 0 and "off (unset)" in out.stdout
 

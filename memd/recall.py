@@ -16,6 +16,7 @@ import asyncio
 import functools
 import math
 import re
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -289,8 +290,9 @@ async def recall(searcher: IndexSearcher | None, query: str, top_k: int,
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     fetch = top_k * OVERFETCH + 1
+    deadline = time.monotonic() + timeout
     search = _lane(searcher).submit(functools.partial(
-        searcher.search, query, fetch, after=after, before=before, timeout=timeout))
+        _search_by, deadline, searcher, query, fetch, after, before))
     try:
         hits = await asyncio.wait_for(search, timeout + 1.0)
     except TimeoutError:
@@ -305,8 +307,20 @@ async def recall(searcher: IndexSearcher | None, query: str, top_k: int,
     return render(memories, budget)
 
 
+def _search_by(deadline: float, searcher: IndexSearcher, query: str, fetch: int,
+               after: datetime | None, before: datetime | None) -> list[Hit]:
+    """Runs on a lane thread, maybe after a wait in the lane's queue: search in the time
+    that is left, so a busy lane never starts work its caller has stopped waiting for."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise IndexUnavailableError("the recall waited its whole timeout behind earlier ones")
+    return searcher.search(query, fetch, after=after, before=before, timeout=left)
+
+
 LANE_THREADS = 2  # searches of one client at once
-LANE_WAITING = 2  # more may queue; past that a recall fails at once
+# More may queue: a busy gateway has a few connections per client, each with a recall in
+# flight. Past that a recall fails at once; queued ones that outwait their deadline give up.
+LANE_WAITING = 16
 
 
 class _Lane:
@@ -319,8 +333,8 @@ class _Lane:
 
     def submit(self, fn: Callable[[], list[Hit]]) -> asyncio.Future[list[Hit]]:
         if self.busy >= LANE_THREADS + LANE_WAITING:
-            raise IndexUnavailableError("the memory index is not answering (earlier recalls "
-                                        "are still waiting for it)")
+            raise IndexUnavailableError(f"{self.busy} recalls of this client are already "
+                                        "waiting for its index")
         self.busy += 1
         future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
         future.add_done_callback(self._done)

@@ -492,6 +492,22 @@ def test_isolation_between_clients(indexed: dict[str, ClientIndex]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.slow
+def test_a_burst_of_recalls_for_one_client_queues_rather_than_fails(
+        indexed: dict[str, ClientIndex]) -> None:
+    """A gateway with several connections can send a client's recalls all at once: they
+    wait their turn on the client's two search threads instead of being refused."""
+    alice = indexed["alice"]
+
+    async def burst() -> list[dict[str, Any]]:
+        return await asyncio.gather(*(
+            rc.recall(alice.searcher, "capital of Australia", 1, None, None, alice.layout)
+            for _ in range(12)))
+
+    results = asyncio.run(burst())
+    assert all("Canberra" in r["text"] for r in results)
+
+
+@pytest.mark.slow
 def test_busy_threads_make_a_timeout_not_an_internal_error(
         indexed: dict[str, ClientIndex]) -> None:
     """Expanding hits reads transcripts on the loop's default threads; when all of them are

@@ -45,8 +45,10 @@ def build_registry(app: Daemon) -> Registry:
             user = p.require("user", str)
             assistant = p.require("assistant", str)
             timestamp = p.optional("timestamp", str)
+            exchange_id = p.optional("exchange_id", str)
         sessions = (await app.runtime.client(client_id)).sessions
-        return await sessions.record_exchange(conversation_id, user, assistant, timestamp)
+        return await sessions.record_exchange(conversation_id, user, assistant, timestamp,
+                                              exchange_id=exchange_id)
 
     @registry.method("memory.record_chat")
     async def record_chat(params: JsonParams) -> dict[str, Any]:

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--user", metavar="TEXT", help="the user's message")
     record.add_argument("--assistant", metavar="TEXT", help="the assistant's reply")
     record.add_argument("--chat", metavar="FILE", help="JSON file with messages and response")
+    record.add_argument("--exchange-id", metavar="ID",
+                        help="idempotency key of the exchange, unique within its conversation: "
+                             "recording it again writes nothing")
     record.add_argument("--timestamp", metavar="ISO", help="when it happened (for imports)")
     record.add_argument("--json", action="store_true", help="print the raw JSON")
     record.set_defaults(func=cmd_record)
@@ -207,8 +210,10 @@ def cmd_clients(args: argparse.Namespace) -> int:
 
 def cmd_record(args: argparse.Namespace) -> int:
     if args.chat:
-        if any((args.conversation, args.user, args.assistant)):
-            raise UsageError("use either --chat or --conversation/--user/--assistant")
+        if any(v is not None for v in (args.conversation, args.user, args.assistant,
+                                       args.exchange_id)):
+            raise UsageError("use either --chat or --conversation/--user/--assistant "
+                             "(--exchange-id goes with the latter)")
         body = _read_json(args.chat)
         if not isinstance(body, dict) or set(body) - {"messages", "response"}:
             raise UsageError("--chat needs a JSON object with 'messages' and 'response'")
@@ -219,6 +224,8 @@ def cmd_record(args: argparse.Namespace) -> int:
             raise UsageError("give --conversation, --user and --assistant (or --chat FILE)")
         params = {"client_id": args.client, "conversation_id": args.conversation,
                   "user": args.user, "assistant": args.assistant}
+        if args.exchange_id is not None:
+            params["exchange_id"] = args.exchange_id
         method = "memory.record_exchange"
     if args.timestamp:
         params["timestamp"] = args.timestamp
@@ -226,7 +233,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"recorded in session {result['session_id']}, "
+        done = "already recorded" if result.get("duplicate") else "recorded"
+        print(f"{done} in session {result['session_id']}, "
               f"conversation {result['conversation']}")
     return EXIT_OK
 

@@ -35,6 +35,7 @@ class DomainCode(IntEnum):
     PAYLOAD_TOO_LARGE = -32008
     NOT_FOUND = -32009
     COMPACTION_ERROR = -32010
+    EXCHANGE_CONFLICT = -32011
 
 
 DOMAIN_RANGE = range(-32099, -31999)
@@ -161,6 +162,10 @@ class NotFound(MemdError):
 
 class CompactionError(MemdError):
     code = DomainCode.COMPACTION_ERROR
+
+
+class ExchangeConflict(MemdError):
+    code = DomainCode.EXCHANGE_CONFLICT
 
 
 def error_class(code: int) -> type[RpcError]:

@@ -8,12 +8,14 @@ goes next, and callers are answered only once their batch is on disk. Session ev
 `StateStore` owns `<root>/.memd/state.sqlite3` (WAL, synchronous=FULL) and the open
 transcript files, and is used only from the client's one IO thread (`ClientSessions`
 runs it there). A commit appends each transcript's share of a batch with one write and
-one fsync, then commits the state in one transaction: the rows the batch changed and
-each written transcript's committed size and tail digest. On open, a transcript longer
-than its committed size ends in bytes no caller was told about and is cut back
-(transcript.reconcile), a session file that never reached the state is removed, and a
-session whose file was moved between `sessions/` and `archive/` without the state
-hearing of it gets the state that matches where the file is.
+one fsync, then commits the state in one transaction: the rows the batch changed,
+each written transcript's committed size and tail digest, and the exchange_ids of its
+`record_exchange` calls (`memd.exchange_keys`: a key is durable exactly when its
+exchange was acknowledged). On open, a transcript longer than its committed size ends
+in bytes no caller was told about and is cut back (transcript.reconcile), a session file
+that never reached the state is removed, and a session whose file was moved between
+`sessions/` and `archive/` without the state hearing of it gets the state that matches
+where the file is.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import structlog
 
 from memd import chat, transcript
 from memd.errors import StorageError
+from memd.exchange_keys import KeyRow
 from memd.layout import ClientLayout
 
 log = structlog.get_logger()
@@ -54,8 +57,14 @@ CREATE TABLE IF NOT EXISTS conversations (
 CREATE TABLE IF NOT EXISTS nodes (
     hash BLOB PRIMARY KEY, conv INTEGER NOT NULL, exchange INTEGER NOT NULL, parent BLOB
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS exchange_keys (
+    conv INTEGER NOT NULL, exchange_id TEXT NOT NULL, digest BLOB NOT NULL,
+    session_id TEXT NOT NULL, number INTEGER NOT NULL,
+    PRIMARY KEY (conv, exchange_id)
+) WITHOUT ROWID;
 """
-# Columns added after the first release: (table, name, definition) for ALTER TABLE.
+# Tables added later need nothing more: the schema's CREATE TABLE IF NOT EXISTS runs on
+# every open. Columns added after the first release: (table, name, definition).
 _ADDED_COLUMNS = [("sessions", "resumed", "REAL"),
                   ("sessions", "resumes", "INTEGER NOT NULL DEFAULT 0"),
                   ("conversations", "title", "TEXT")]
@@ -126,6 +135,7 @@ class Change:
     session_rows: list[tuple[Any, ...]] = field(default_factory=list)
     conv_rows: list[tuple[Any, ...]] = field(default_factory=list)
     nodes: list[chat.Node] = field(default_factory=list)
+    keys: list[KeyRow] = field(default_factory=list)  # record_exchange's exchange_ids
     reopen: str | None = None  # a resumed session: its file is brought back and measured
 
 
@@ -134,6 +144,7 @@ class Loaded:
     sessions: list[Session]
     convs: list[Conv]
     nodes: list[chat.Node]
+    keys: list[KeyRow]
 
 
 class StateStore:
@@ -168,7 +179,9 @@ class StateStore:
         convs = [Conv(*row) for row in self.db.execute(
             f"SELECT {_CONV_COLUMNS} FROM conversations")]
         nodes = self.db.execute("SELECT hash, conv, exchange, parent FROM nodes").fetchall()
-        return Loaded(sessions, convs, nodes)
+        keys = self.db.execute(
+            "SELECT conv, exchange_id, digest, session_id, number FROM exchange_keys").fetchall()
+        return Loaded(sessions, convs, nodes, keys)
 
     def _recover(self, loaded: Loaded, fresh: bool) -> None:
         """Make transcripts agree with the committed state after a crash (see module doc)."""
@@ -268,6 +281,8 @@ class StateStore:
                 db.executemany(f"INSERT OR REPLACE INTO conversations ({_CONV_COLUMNS})"
                                " VALUES (?,?,?,?,?,?,?,?)", change.conv_rows)
                 db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
+                # plain INSERT: a key is written once; a second one would be a bug
+                db.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
             # in order: a reopened file's measured size first, then what was appended to it
             db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
             db.execute("COMMIT")

@@ -7,7 +7,8 @@ and by every record call, so a late monitor never lets a session run long. A ses
 ends at that deadline, not when it is noticed. Timestamps passed for imports only label
 exchanges; session timing follows the clock.
 
-Conversations. `mcp_via_llm`: one per MCP session id (`conversation_id`). `both`: the
+Conversations. `mcp_via_llm`: one per MCP session id (`conversation_id`); a retried
+exchange with the same `exchange_id` writes nothing (memd.exchange_keys). `both`: the
 longest recorded prefix of the request decides continuation, regenerate, edit or a new
 conversation (chat.PrefixIndex documents the rules and their cost).
 
@@ -41,8 +42,9 @@ from typing import Any
 
 import structlog
 
-from memd import chat, transcript
+from memd import chat, exchange_keys, transcript
 from memd.errors import StorageError
+from memd.exchange_keys import ExchangeKeys, KeyRow, Recorded
 from memd.layout import ClientLayout
 from memd.session_store import Change, Committer, Hook, StateStore, maybe_await
 from memd.session_store import Conv as _Conv
@@ -66,6 +68,7 @@ class _Op:
     touched: dict[str, _Session] = field(default_factory=dict)
     convs: dict[int, _Conv] = field(default_factory=dict)
     nodes: list[chat.Node] = field(default_factory=list)
+    keys: list[KeyRow] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     reopen: str | None = None
 
@@ -108,6 +111,7 @@ class ClientSessions:
         self._next_conv = 0
         self._by_external: dict[str, _Conv] = {}
         self._index = chat.PrefixIndex()
+        self._keys = ExchangeKeys()
         self._ready = asyncio.Event()
         # Set when reloading the state after a failed write failed too (disk read-only,
         # full): calls fail fast with StorageError and the next call tries the reload again.
@@ -145,14 +149,24 @@ class ClientSessions:
     # --- recording -----------------------------------------------------------------------
 
     async def record_exchange(self, conversation_id: Any, user: Any, assistant: Any,
-                              timestamp: Any = None) -> dict[str, Any]:
-        """mcp_via_llm: append one user/assistant exchange to conversation `conversation_id`."""
+                              timestamp: Any = None, exchange_id: Any = None) -> dict[str, Any]:
+        """mcp_via_llm: append one user/assistant exchange to conversation `conversation_id`.
+
+        An `exchange_id` seen before in it writes nothing: see memd.exchange_keys.
+        """
         chat.check_conversation_id(conversation_id)
+        key = exchange_keys.check_exchange_id(exchange_id)
         parts = [Part("User", chat.require_text(user, "user")),
                  Part("Assistant", chat.require_text(assistant, "assistant"))]
         when = chat.parse_timestamp(timestamp)
+        digest = exchange_keys.digest(parts[0].text, parts[1].text) if key is not None else b""
         while True:
             await self._wait_ready()
+            if key is not None and self._recorded(conversation_id, key) is not None:
+                await self._committer.submit(Change(), [])  # barrier: its first call is on disk
+                if (seen := self._recorded(conversation_id, key)) is not None:
+                    return exchange_keys.replay(seen, digest, conversation_id, key, self.layout)
+                continue  # its first call failed after all: decide again
             now, op = self._clock(), _Op()
             conv = self._by_external.get(conversation_id)
             sess = self._target(conv, now, op)
@@ -166,10 +180,17 @@ class ClientSessions:
         header = self._header_if_due(sess, conv, stamp)
         conv.exchanges += 1
         block = transcript.exchange_block(conv.exchanges, stamp, parts, title=conv.title or "")
+        if key is not None:
+            op.keys.append(self._keys.add(conv.key, key, digest, sess.session_id, conv.number))
         self._append(op, sess, conv, now, header + block)
         await self._submit(op)
         return {"session_id": sess.session_id, "conversation": conv.number,
-                "path": str(self.layout.session_file(sess.session_id))}
+                "path": str(self.layout.session_file(sess.session_id)), "duplicate": False}
+
+    def _recorded(self, conversation_id: str, key: str) -> Recorded | None:
+        """What the first call with this key recorded (maybe not on disk yet), or None."""
+        conv = self._by_external.get(conversation_id)
+        return self._keys.get(conv.key, key) if conv is not None else None
 
     async def record_chat(self, messages: Any, response: Any,
                           timestamp: Any = None) -> dict[str, Any]:
@@ -440,7 +461,7 @@ class ClientSessions:
         """Hand the op to the writer; return once it is on disk (and, if asked, hooks ran)."""
         change = Change(session_rows=[s.row() for s in op.touched.values()],
                         conv_rows=[c.row() for c in op.convs.values()],
-                        nodes=op.nodes, reopen=op.reopen)
+                        nodes=op.nodes, keys=op.keys, reopen=op.reopen)
         if op.text and op.session is not None:
             s = op.session
             header = transcript.front_matter(self.client_id, s.session_id, s.started)
@@ -478,6 +499,7 @@ class ClientSessions:
         self._by_external = {c.external_id: c for c in loaded.convs
                              if c.kind == "mcp" and c.external_id is not None}
         self._index = chat.PrefixIndex(loaded.nodes)
+        self._keys = ExchangeKeys(loaded.keys)
         self._ready.set()
 
     async def _wait_ready(self) -> None:

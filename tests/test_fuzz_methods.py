@@ -146,7 +146,9 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
     "clients.reset": ({"client_id": good_clients}, {}),
     "memory.record_exchange": (
         {"client_id": good_clients, "conversation_id": st.one_of(words, ids),
-         "user": texts, "assistant": texts}, {"timestamp": timestamps}),
+         "user": texts, "assistant": texts},
+        {"timestamp": timestamps,
+         "exchange_id": st.one_of(st.sampled_from(["e1", "e2"]), words, ids)}),
     "memory.record_chat": ({"client_id": good_clients, "messages": chats(),
                             "response": responses}, {"timestamp": timestamps}),
     "sessions.list": ({"client_id": good_clients}, {}),
@@ -159,7 +161,7 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
     "memory.call_tool": ({"client_id": good_clients, "name": st.sampled_from(
         ["MemoryRecall", "MemoryRecall", "memoryrecall", ""]), "arguments": recall_args}, {}),
 }
-ID_PARAMS = ("client_id", "conversation_id", "session_id")
+ID_PARAMS = ("client_id", "conversation_id", "session_id", "exchange_id")
 MUTATIONS = ["as_is", "as_is", "as_is", "junk", "junk", "trick_id", "drop", "extra",
              "not_an_object"]
 

@@ -70,8 +70,6 @@ class Daemon:
         self._spawn(self.runtime.monitor(), "session-monitor")
         if self.notifier.watchdog_interval:
             self._spawn(self._watchdog(self.notifier.watchdog_interval), "watchdog")
-        if heap.available():
-            self._spawn(self._trim_heap(heap.TRIM_INTERVAL), "heap-trim")
         await self._stop.wait()
         await self.shutdown()
         return 0
@@ -179,12 +177,6 @@ class Daemon:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
-    async def _trim_heap(self, interval: float) -> None:
-        """Give freed heap pages back to the kernel now and then (see memd/heap.py)."""
-        while True:
-            await asyncio.sleep(interval)
-            heap.trim()
-
     # --- status ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -264,5 +256,5 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 
 def run_daemon(config_path: Path, config: Config) -> int:
     """Entry point for `memd run`."""
-    heap.limit_arenas()  # before any thread starts: see memd/heap.py
+    heap.tune()  # before any thread starts: see memd/heap.py
     return asyncio.run(Daemon(config_path, config).run())

@@ -10,13 +10,15 @@ of an arena are not returned to the kernel on their own. Two calls fix it:
   next thread instead of sitting in an arena that thread never touches again;
 - `malloc_trim(0)` now and then, which gives every whole free page back (MADV_DONTNEED).
 
-Both are glibc-only; elsewhere (macOS, musl) they are no-ops and say so.
+Both are glibc-only; elsewhere (macOS, musl) they are no-ops and say so. `tune()` does
+both and is called first thing by memd and by the index server and watcher it runs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from typing import Any
 
 M_ARENA_MAX = -8  # from glibc's malloc.h
@@ -52,3 +54,20 @@ def limit_arenas(arenas: int = ARENAS) -> bool:
 def trim() -> bool:
     """Return free heap pages to the kernel; True if any memory was released."""
     return _LIBC is not None and _LIBC.malloc_trim(0) == 1
+
+
+def tune(interval: float = TRIM_INTERVAL) -> bool:
+    """Limit arenas and trim every `interval` seconds on a daemon thread, for the life of
+    the process; False (and nothing started) where the allocator is not glibc's."""
+    if _LIBC is None:
+        return False
+    limit_arenas()
+    threading.Thread(target=_trim_forever, args=(interval,), name="memd-heap-trim",
+                     daemon=True).start()
+    return True
+
+
+def _trim_forever(interval: float) -> None:
+    stop = threading.Event()  # never set: the thread ends with the process
+    while not stop.wait(interval):
+        trim()

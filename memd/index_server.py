@@ -239,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", type=Path, required=True, help="Unix socket path to serve on")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="gRPC worker threads")
     args = parser.parse_args(argv)
+    from memd import heap
     from memd.logs import configure_logging
 
+    heap.tune()  # before gRPC's threads start: see memd/heap.py
     configure_logging()
     return serve(args.data_dir.absolute(), args.socket.absolute(), args.workers)
 

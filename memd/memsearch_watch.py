@@ -15,6 +15,8 @@ import threading
 from memsearch import watcher
 from memsearch.cli import cli
 
+from memd import heap
+
 _serial = threading.Lock()
 _fire = watcher._MarkdownHandler._fire
 
@@ -25,6 +27,7 @@ def _fire_one_at_a_time(self: watcher._MarkdownHandler, path: str) -> None:
 
 
 def main() -> None:
+    heap.tune()  # each indexing batch frees its chunks and vectors: see memd/heap.py
     watcher._MarkdownHandler._fire = _fire_one_at_a_time  # type: ignore[method-assign]
     cli(prog_name="memsearch")
 

@@ -373,7 +373,7 @@ def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memor
             continue  # deleted since it was indexed: deleting a file removes it from recall
         if _is_front_matter_only(hit):
             continue
-        section = expand_hit(hit, sessions)
+        section = expand_hit(hit, sessions, reader.lines(path))
         key = (path, section.start_line, section.end_line)
         if key in seen:
             continue

@@ -360,9 +360,10 @@ def _hit(row: dict[str, Any]) -> Hit:
 # -- expand -----------------------------------------------------------------------------------
 
 
-def expand_hit(hit: Hit, root: Path | None = None) -> Section:
+def expand_hit(hit: Hit, root: Path | None = None, lines: list[str] | None = None) -> Section:
     """memsearch's expand: from the chunk's heading to the next heading of the same or a
-    higher level. Only files under `root` (the client's folder) are read."""
+    higher level. Only files under `root` (the client's folder) are read; a caller that
+    has the file's lines already (recall reads each file once) passes them."""
     from memsearch.cli import _extract_section
     from memsearch.io import read_utf8_text_replace
 
@@ -372,10 +373,11 @@ def expand_hit(hit: Hit, root: Path | None = None) -> Section:
     if root is not None and not path.resolve().is_relative_to(root.resolve()):
         log.warning("expand_outside_root", source=hit.source, root=str(root))
         return fallback
-    try:
-        lines = read_utf8_text_replace(path).splitlines()
-    except OSError:
-        return fallback
+    if lines is None:
+        try:
+            lines = read_utf8_text_replace(path).splitlines()
+        except OSError:
+            return fallback
     if hit.start_line > len(lines):
         return fallback  # the file shrank since it was indexed
     text, start, end = _extract_section(lines, hit.start_line, hit.heading_level)

@@ -29,6 +29,7 @@ from memd.layout import ClientLayout
 from memd.search import Hit, IndexSearcher, IndexUnavailableError
 from memd.sessions import ClientSessions
 from tests.support.index import ClientIndex, client_config
+from tests.support.samples import ALICE, BOB
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -353,27 +354,6 @@ def test_allot_gives_short_ones_all_and_splits_the_rest() -> None:
 
 
 # -- against a real index ---------------------------------------------------------------------
-
-RECENT = datetime.now(UTC).replace(microsecond=0)
-ALICE = [
-    ("garden", "When should I water the greenhouse tomatoes?",
-     "Water the greenhouse tomatoes every morning before 9.", "2026-11-05T09:00:00Z"),
-    ("garden", "And how do I prune the greenhouse tomatoes?",
-     "Prune the greenhouse tomatoes by pinching out side shoots.", "2026-11-05T15:00:00Z"),
-    ("travel", "Über die Straßenbahn in Zürich 🚋?",
-     "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。",
-     "2026-11-06T08:00:00Z"),
-    ("bread", "My sourdough starter smells of acetone, is it dead?",
-     "No: feed the sourdough starter twice a day for three days.",
-     (RECENT - timedelta(days=3)).isoformat()),
-    ("bread", "The sourdough starter doubled overnight now!",
-     "Great, the sourdough starter is ready for baking.",
-     (RECENT - timedelta(hours=2)).isoformat()),
-    ("space", "What is the capital of Australia?", "Canberra is the capital of Australia.",
-     "2026-10-01T10:00:00Z"),
-]
-BOB = [("secret", "Remember: the launch code for Project Nightingale is tangerine-42.",
-        "Noted, Project Nightingale uses tangerine-42.", "2026-11-07T10:00:00Z")]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,11 @@ import pytest
 from memd.client import MemdClient, RemoteError
 from memd.recall import NO_RESULTS
 from tests.support.daemon import REPO, DaemonProcess, base_config, write_config
+from tests.support.samples import ALICE, BOB
 
 pytestmark = pytest.mark.slow
 
 DEADLINE = 60.0  # seconds to wait for the watcher to index what was just recorded
-NOW = datetime.now(UTC).replace(microsecond=0)
 
 CLIENTS: dict[str, dict[str, Any]] = {
     "alice": {"memory_enabled": True, "mode": "both"},
@@ -40,28 +39,9 @@ CLIENTS: dict[str, dict[str, Any]] = {
     "llmonly": {"memory_enabled": True, "mode": "llm_only"},
 }
 
-# (conversation_id, user, assistant, timestamp): all in one session, so one file.
-ALICE = [
-    ("space", "What is the capital of Australia?", "Canberra is the capital of Australia.",
-     "2026-10-01T10:00:00Z"),
-    ("garden", "When should I water the greenhouse tomatoes?",
-     "Water the greenhouse tomatoes every morning before 9.", "2026-11-05T09:00:00Z"),
-    ("garden", "And how do I prune the greenhouse tomatoes?",
-     "Prune the greenhouse tomatoes by pinching out side shoots.", "2026-11-05T15:00:00Z"),
-    ("travel", "Über die Straßenbahn in Zürich 🚋?",
-     "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。",
-     "2026-11-06T08:00:00Z"),
-    ("bread", "My sourdough starter smells of acetone, is it dead?",
-     "No: feed the sourdough starter twice a day for three days.",
-     (NOW - timedelta(days=3)).isoformat()),
-    ("bread", "The sourdough starter doubled overnight now!",
-     "Great, the sourdough starter is ready for baking.",
-     (NOW - timedelta(hours=2)).isoformat()),
-]
+# How ALICE's Unicode exchange reads in a transcript.
 UNICODE_EXCHANGE = ("**User:** Über die Straßenbahn in Zürich 🚋?\n\n**Assistant:** Die "
                     "Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。")
-BOB = [("secret", "Remember: the launch code for Project Nightingale is tangerine-42.",
-        "Noted, Project Nightingale uses tangerine-42.", "2026-11-07T10:00:00Z")]
 
 
 class Memd:

@@ -4,14 +4,19 @@ Measured under `bench/load.py` (20 clients, think 1 s), memd's RSS kept climbing
 Python heap (tracemalloc) stayed flat: glibc's `mallinfo2()` showed ~80 MB of *free* memory
 held inside malloc's arenas, up to 8 per core, one picked per thread (memd runs ~70 threads:
 per-client writers, search lanes, the embedding endpoint, gRPC). Freed chunks in the middle
-of an arena are not returned to the kernel on their own. Two calls fix it:
+of an arena are not returned to the kernel on their own. Three calls address it:
 
 - `mallopt(M_ARENA_MAX, 2)` before the threads start, so freed memory is reused by the
   next thread instead of sitting in an arena that thread never touches again;
+- `mallopt(M_MMAP_THRESHOLD, 256 KiB)`: glibc otherwise raises the threshold to the size
+  of every large block it frees (up to 32 MB), after which large short-lived buffers
+  (a transcript read by recall, a big request line, a growing dict's table) land inside
+  the arenas and leave holes between long-lived small blocks; fixed, they are mapped
+  and unmapped on their own;
 - `malloc_trim(0)` now and then, which gives every whole free page back (MADV_DONTNEED).
 
-Both are glibc-only; elsewhere (macOS, musl) they are no-ops and say so. `tune()` does
-both and is called first thing by memd and by the index server and watcher it runs.
+All are glibc-only; elsewhere (macOS, musl) they are no-ops and say so. `tune()` does them
+all and is called first thing by memd and by the index server and watcher it runs.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import sys
 import threading
 from typing import Any
 
-M_ARENA_MAX = -8  # from glibc's malloc.h
+M_MMAP_THRESHOLD = -3  # from glibc's malloc.h
+M_ARENA_MAX = -8
 ARENAS = 2
+MMAP_THRESHOLD = 256 * 1024  # bytes; setting it also turns glibc's dynamic threshold off
 TRIM_INTERVAL = 60.0  # seconds between trims; a trim of a ~150 MB heap takes milliseconds
 
 
@@ -46,9 +53,11 @@ def available() -> bool:
     return _LIBC is not None
 
 
-def limit_arenas(arenas: int = ARENAS) -> bool:
-    """Cap malloc's arenas; call before starting threads (existing arenas stay)."""
-    return _LIBC is not None and _LIBC.mallopt(M_ARENA_MAX, arenas) == 1
+def limit_arenas(arenas: int = ARENAS, mmap_threshold: int = MMAP_THRESHOLD) -> bool:
+    """Cap malloc's arenas and fix its mmap threshold; call before starting threads
+    (existing arenas stay)."""
+    return (_LIBC is not None and _LIBC.mallopt(M_ARENA_MAX, arenas) == 1
+            and _LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1)
 
 
 def trim() -> bool:

@@ -49,3 +49,33 @@ def test_limiting_arenas_is_accepted() -> None:
                           "print(heap.limit_arenas(2))"],
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "True"
+
+
+# glibc raises its mmap threshold to the size of any mapped block that is freed; memd fixes
+# it, so a large buffer allocated after a larger one was freed is still mapped on its own
+# (given back whole when freed) instead of landing in an arena.
+THRESHOLD_PROGRAM = textwrap.dedent("""
+    import ctypes, json, sys
+    from memd import heap
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                    "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Info
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    if sys.argv[1] == "tuned":
+        heap.limit_arenas()
+    libc.free(libc.malloc(4 << 20))
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(1 << 20)
+    print(json.dumps({"mapped": libc.mallinfo2().hblkhd - before}))
+""")
+
+
+@pytest.mark.parametrize(("mode", "mapped"), [("tuned", True), ("glibc default", False)])
+def test_large_blocks_stay_mapped_after_a_larger_one_is_freed(mode: str, mapped: bool) -> None:
+    out = subprocess.run([sys.executable, "-c", THRESHOLD_PROGRAM, mode.split()[0]],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert (json.loads(out.stdout)["mapped"] >= 1 << 20) is mapped, out.stdout

@@ -248,6 +248,10 @@ def index_server_command(config: Config, layout: ClientLayout) -> Command | None
             "--socket", str(index_socket_path(layout)))
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    # Milvus Lite builds its segments with pyarrow, whose default pool (mimalloc) kept
+    # ~90 MB resident per server under bench/load.py while pyarrow held ~3 MB; on the
+    # system allocator that memory follows memd.heap's arena cap and trims instead.
+    env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     return Command(argv, env, layout.root)
 
 

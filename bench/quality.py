@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from memd import embedding
 from memd import recall as rc
 from memd.layout import ClientLayout
 from memd.search import OUTPUT_FIELDS, Hit, exchange_time
+from memd.transcript import HEADING_TIME, parse_exchange_heading
 from tests.support.daemon import base_config, write_config
 
 CLIENT = "quality"
@@ -469,11 +469,35 @@ def make_set(rng: random.Random, sessions: int, start: datetime) -> list[list[Co
 
 # -- transcript layouts (rewrites of the files memd wrote) ---------------------------------
 
-_EXCHANGE = re.compile(r"^## (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) · exchange (\d+)$")
 _USER = "**User:** "
 
 
-def _rewrite(text: str, heading: Callable[[re.Match[str], Context], str],
+@dataclass(frozen=True)
+class Heading:
+    """An exchange heading as memd writes it: `## <time> · exchange K[ · note] — <title>`."""
+
+    line: str
+    time: str
+    number: int
+    note: str
+    title: str
+
+    @property
+    def bare(self) -> str:
+        """The heading without the conversation title (memd's layout before titles)."""
+        return f"## {self.time} · exchange {self.number}" + (f" · {self.note}" if self.note
+                                                              else "")
+
+
+def _heading(line: str) -> Heading | None:
+    parsed = parse_exchange_heading(line[3:]) if line.startswith("## ") else None
+    if parsed is None:
+        return None
+    when, number, note, title = parsed
+    return Heading(line, when.strftime(HEADING_TIME), number, note, title)
+
+
+def _rewrite(text: str, heading: Callable[[Heading, Context], str],
              front: bool = True) -> str:
     """Rewrite each exchange heading with heading(match, context)."""
     lines = text.split("\n")
@@ -486,8 +510,8 @@ def _rewrite(text: str, heading: Callable[[re.Match[str], Context], str],
     for i, line in enumerate(lines):
         if line.startswith("# Conversation "):
             title = previous = ""
-        m = _EXCHANGE.match(line)
-        if not m:
+        m = _heading(line)
+        if m is None:
             continue
         question = next((x[len(_USER):] for x in lines[i + 1:i + 4] if x.startswith(_USER)), "")
         title = title or question
@@ -513,18 +537,18 @@ def _short(text: str, n: int = 70) -> str:
 
 VARIANTS: dict[str, tuple[str, Callable[[str], str]]] = {
     "copy": ("memd's layout, copied (control)", lambda t: t),
-    "nofront": ("no YAML front matter", lambda t: _rewrite(t, lambda m, c: m.group(0), False)),
-    "nodate": ("no date in the heading (`## Exchange N`)",
-               lambda t: _rewrite(t, lambda m, c: f"## Exchange {m.group(2)}")),
-    "question": ("the exchange's own question in its heading",
-                 lambda t: _rewrite(t, lambda m, c: f"{m.group(0)} · {c.question}")),
-    "previous": ("the conversation's previous question in the heading",
-                 lambda t: _rewrite(t, lambda m, c: f"{m.group(0)} · {c.previous}"
-                                    if c.previous else m.group(0))),
-    "title": ("conversation title (its first question) in each exchange heading",
-              lambda t: _rewrite(t, lambda m, c: f"{m.group(0)} · {c.title}")),
-    "title-nofront": ("title in each heading, no front matter",
-                      lambda t: _rewrite(t, lambda m, c: f"{m.group(0)} · {c.title}", False)),
+    "nofront": ("no YAML front matter", lambda t: _rewrite(t, lambda m, c: m.line, False)),
+    "notitle": ("no conversation title in the heading (memd's layout before titles)",
+                lambda t: _rewrite(t, lambda m, c: m.bare)),
+    "nodate": ("no date in the heading (`## Exchange N — title`)",
+               lambda t: _rewrite(t, lambda m, c: f"## Exchange {m.number} — {m.title}")),
+    "question": ("the exchange's own question instead of the title",
+                 lambda t: _rewrite(t, lambda m, c: f"{m.bare} — {c.question}")),
+    "previous": ("the conversation's previous question instead of the title",
+                 lambda t: _rewrite(t, lambda m, c: f"{m.bare} — {c.previous}"
+                                    if c.previous else m.bare)),
+    "title-question": ("the title and the exchange's own question",
+                       lambda t: _rewrite(t, lambda m, c: f"{m.line} · {c.question}")),
 }
 
 

@@ -25,15 +25,14 @@ import json
 import multiprocessing as mp
 import random
 import resource
-import statistics
 import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import psutil
 from _daemon import lost_watch_events, machine, percentile, running_daemon
+from _procs import KINDS, cpu_seconds, idle_cpu_by_kind, rss_by_kind, slope_per_minute, tree
 
 from memd.client import ClientError, MemdClient, RemoteError
 
@@ -129,60 +128,14 @@ def worker(sock: str, client_id: str, connections: int, start_at: float, seconds
 # --- measuring memd ----------------------------------------------------------------------------
 
 
-def tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
 
 
-def kind_of(proc: psutil.Process) -> str:
-    try:
-        line = " ".join(proc.cmdline())
-    except psutil.Error:
-        return "gone"
-    if "memd.index_server" in line:
-        return "index_server"
-    if "memsearch" in line and " watch " in f" {line} ":
-        return "watcher"
-    if "memd.cli" in line:
-        return "memd"
-    return "other"
 
 
-def rss_by_kind(pid: int, kind: str = "rss") -> dict[str, float]:
-    """MB of RSS (or PSS: shared pages split between the processes that map them) per kind
-    of process (memd, index_server, watcher, other) and the total."""
-    out: dict[str, float] = defaultdict(float)
-    for proc in tree(pid):
-        try:
-            info = proc.memory_full_info() if kind == "pss" else proc.memory_info()
-            out[kind_of(proc)] += getattr(info, kind) / 2**20
-        except psutil.Error:
-            continue
-    out["total"] = sum(v for k, v in out.items() if k != "total")
-    return dict(out)
 
 
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
 
 
-def slope_per_minute(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MB) in MB per minute."""
-    if len(points) < 2:
-        return float("nan")
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    if var == 0:
-        return float("nan")
-    return 60 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
 
 
 def wait_all_running(memd: Any, n: int, timeout: float = 900.0) -> float:
@@ -201,11 +154,9 @@ def wait_all_running(memd: Any, n: int, timeout: float = 900.0) -> float:
 
 def idle_cost(memd: Any, pid: int, n: int, seconds: float) -> dict[str, float]:
     """RSS and CPU of memd and its children while nothing is asked of them."""
-    procs = tree(pid)
-    before, t0 = cpu_seconds(procs), time.monotonic()
-    time.sleep(seconds)
-    cpu = (cpu_seconds(procs) - before) / (time.monotonic() - t0)
-    return {"cpu_percent_of_one_core": 100 * cpu, **memory(pid, n)}
+    cpu = idle_cpu_by_kind(pid, seconds)
+    return {"cpu_percent_of_one_core": cpu["total"],
+            **{f"cpu_percent_{kind}": cpu.get(kind, 0.0) for kind in KINDS}, **memory(pid, n)}
 
 
 def memory(pid: int, n: int) -> dict[str, float]:
@@ -312,7 +263,9 @@ def main() -> None:
         idle = idle_cost(memd, pid, args.clients, args.idle)
         figures["idle"] = idle
         print(f"idle ({args.idle:g} s): CPU {idle['cpu_percent_of_one_core']:.2f}% of one core "
-              "(memd + children)")
+              f"(memd {idle['cpu_percent_memd']:.2f}, index servers "
+              f"{idle['cpu_percent_index_server']:.2f}, "
+              f"watchers {idle['cpu_percent_watcher']:.2f})")
         print_memory("idle", idle)
 
         ctx = mp.get_context("spawn")

@@ -15,11 +15,7 @@ import time
 
 import psutil
 from _daemon import running_daemon
-
-
-def tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
+from _procs import idle_cpu_by_kind, tree
 
 
 def rss_mb(procs: list[psutil.Process], kind: str = "rss") -> float:
@@ -33,17 +29,6 @@ def rss_mb(procs: list[psutil.Process], kind: str = "rss") -> float:
         except psutil.NoSuchProcess:
             continue
     return total / 2**20
-
-
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def all_running(status: dict, n: int) -> bool:
@@ -68,13 +53,12 @@ def measure(n: int, idle: float) -> dict[str, float]:
         total_rss = rss_mb(procs)
         memd_pss = rss_mb(procs[:1], "pss")
         total_pss = rss_mb(procs, "pss")
-        cpu0 = cpu_seconds(procs)
-        time.sleep(idle)
-        cpu = (cpu_seconds(tree(memd.proc.pid)) - cpu0) / idle * 100
+        cpu = idle_cpu_by_kind(memd.proc.pid, idle)
     return {"clients": n, "ready_s": ready, "memd_mb": memd_rss, "total_mb": total_rss,
             "per_client_mb": (total_rss - memd_rss) / n, "memd_pss": memd_pss,
             "total_pss": total_pss, "per_client_pss": (total_pss - memd_pss) / n,
-            "idle_cpu_pct": cpu}
+            "idle_cpu_pct": cpu["total"], "idle_cpu_memd": cpu.get("memd", 0.0),
+            "idle_cpu_children": cpu["total"] - cpu.get("memd", 0.0)}
 
 
 def main() -> None:
@@ -84,14 +68,15 @@ def main() -> None:
     args = ap.parse_args()
     print("MB columns: RSS / PSS (PSS shares library pages among processes)")
     print(f"{'clients':>7} {'ready s':>8} {'memd MB':>11} {'total MB':>13} "
-          f"{'per client MB':>13} {'idle CPU %':>10}")
+          f"{'per client MB':>13} {'idle CPU % (memd + children)':>28}")
     for n in args.clients:
         r = measure(n, args.idle_seconds)
         print(f"{r['clients']:>7} {r['ready_s']:>8.1f} "
               f"{r['memd_mb']:>5.0f} /{r['memd_pss']:>4.0f} "
               f"{r['total_mb']:>6.0f} /{r['total_pss']:>5.0f} "
               f"{r['per_client_mb']:>6.0f} /{r['per_client_pss']:>5.0f} "
-              f"{r['idle_cpu_pct']:>10.2f}", flush=True)
+              f"{r['idle_cpu_pct']:>12.2f} ({r['idle_cpu_memd']:.2f} + "
+              f"{r['idle_cpu_children']:.2f})", flush=True)
 
 
 if __name__ == "__main__":

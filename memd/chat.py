@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from memd.errors import InvalidParams
 from memd.transcript import Part, clean_text, exchange_block, label, parts_block
@@ -73,6 +73,15 @@ def chained_hashes(messages: Sequence[Message]) -> list[bytes]:
 
 
 Node = tuple[bytes, int, int, bytes | None]  # hash, conversation, exchange, parent hash
+INDEX_CAPACITY = 10_000  # nodes a client keeps in memory when a store backs the index
+
+
+class NodeStore(Protocol):
+    """The committed nodes: what PrefixIndex asks about a hash it no longer holds."""
+
+    def node(self, h: bytes) -> tuple[int, int] | None: ...
+
+    def has_children(self, h: bytes) -> bool: ...
 
 
 class PrefixIndex:
@@ -97,30 +106,70 @@ class PrefixIndex:
     nothing is written twice. A node belongs to the conversation that wrote it last; only
     preamble nodes, which never match on their own, are ever written by two.
 
-    Cost per request: at most n - p dict probes (two for a usual continuation) and
-    O(new messages) to add; nothing per stored message. Memory: ~100 bytes per message.
+    Cost per request: at most n - p probes (two for a usual continuation) and O(new
+    messages) to add; nothing per stored message. Memory: ~200 bytes per node kept.
+
+    With a `store` (the committed nodes on disk), memory holds only the `capacity` nodes
+    used last: a miss asks the store, and a hit there is kept again. Without one, every
+    node stays in memory. Evicted nodes are long committed (capacity >> calls in flight),
+    so memory and store together always know every node; a failed commit reloads both.
     """
 
-    def __init__(self, nodes: Iterable[Node] = ()) -> None:
-        self._nodes: dict[bytes, tuple[int, int]] = {}
-        self._parents: set[bytes] = set()
+    def __init__(self, nodes: Iterable[Node] = (), *, store: NodeStore | None = None,
+                 capacity: int = INDEX_CAPACITY) -> None:
+        self._nodes: dict[bytes, tuple[int, int]] = {}  # oldest use first
+        self._parents: dict[bytes, None] = {}  # hashes with children, oldest use first
+        self._store = store
+        self._capacity = max(1, capacity) if store is not None else None
         for h, conv, exchange, parent in nodes:
-            self._nodes[h] = (conv, exchange)
+            self._keep(h, (conv, exchange))
             if parent is not None:
-                self._parents.add(parent)
+                self._keep_parent(parent)
+
+    def __len__(self) -> int:
+        """Nodes held in memory (not those only the store has)."""
+        return len(self._nodes)
+
+    def _get(self, h: bytes) -> tuple[int, int] | None:
+        hit = self._nodes.get(h)
+        if hit is None and self._store is not None:
+            hit = self._store.node(h)
+            if hit is not None:
+                self._keep(h, hit)
+        return hit
+
+    def _has_children(self, h: bytes) -> bool:
+        if h in self._parents:
+            return True
+        if self._store is not None and self._store.has_children(h):
+            self._keep_parent(h)
+            return True
+        return False
+
+    def _keep(self, h: bytes, value: tuple[int, int]) -> None:
+        self._nodes.pop(h, None)  # re-insert: the most recently used come last
+        self._nodes[h] = value
+        if self._capacity is not None and len(self._nodes) > self._capacity:
+            del self._nodes[next(iter(self._nodes))]
+
+    def _keep_parent(self, h: bytes) -> None:
+        self._parents.pop(h, None)
+        self._parents[h] = None
+        if self._capacity is not None and len(self._parents) > self._capacity:
+            del self._parents[next(iter(self._parents))]
 
     def classify(self, msgs: Sequence[Message], hashes: Sequence[bytes]
                  ) -> tuple[int, str, int | None, int]:
         """(k, kind, conversation key, exchange of node k) for `prepare`'s output."""
         n = len(msgs)
         for k in range(n, preamble_length(msgs), -1):
-            hit = self._nodes.get(hashes[k - 1])
+            hit = self._get(hashes[k - 1])
             if hit is None:
                 continue
             conv, ref = hit
-            if k == n and hashes[n] in self._nodes:
+            if k == n and self._get(hashes[n]) is not None:
                 return k, "duplicate", conv, ref
-            if hashes[k - 1] not in self._parents:
+            if not self._has_children(hashes[k - 1]):
                 return k, "continuation", conv, ref
             if k == n:
                 return k, ("branch" if msgs[-1].role == "assistant" else "regenerated"), conv, ref
@@ -134,9 +183,9 @@ class PrefixIndex:
         rows: list[Node] = []
         for h, exchange in zip(hashes[k:], exchanges, strict=True):
             rows.append((h, conv, exchange, parent))
-            self._nodes[h] = (conv, exchange)
+            self._keep(h, (conv, exchange))
             if parent is not None:
-                self._parents.add(parent)
+                self._keep_parent(parent)
             parent = h
         return rows
 

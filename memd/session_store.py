@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS conversations (
 CREATE TABLE IF NOT EXISTS nodes (
     hash BLOB PRIMARY KEY, conv INTEGER NOT NULL, exchange INTEGER NOT NULL, parent BLOB
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent);
 CREATE TABLE IF NOT EXISTS exchange_keys (
     conv INTEGER NOT NULL, exchange_id TEXT NOT NULL, digest BLOB NOT NULL,
     session_id TEXT NOT NULL, number INTEGER NOT NULL,
@@ -144,8 +145,33 @@ class Change:
 class Loaded:
     sessions: list[Session]
     convs: list[Conv]
-    nodes: list[chat.Node]
+    nodes: NodeReader  # the prefix index's nodes stay on disk; memory keeps the recent ones
     keys: list[KeyRow]
+
+
+class NodeReader:
+    """Point lookups of committed prefix-index nodes, for chat.PrefixIndex on the event loop.
+
+    Its own read-only connection: in WAL mode it sees every committed transaction and never
+    blocks the IO thread's writer. One lookup is an index probe (tens of microseconds).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+
+    def node(self, h: bytes) -> tuple[int, int] | None:
+        row = self._db.execute("SELECT conv, exchange FROM nodes WHERE hash = ?",
+                               (h,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def has_children(self, h: bytes) -> bool:
+        return self._db.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1",
+                                (h,)).fetchone() is not None
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class StateStore:
@@ -154,6 +180,7 @@ class StateStore:
     def __init__(self, layout: ClientLayout) -> None:
         self.layout = layout
         self.db: sqlite3.Connection | None = None
+        self.reader: NodeReader | None = None
         self.files: dict[str, transcript.AppendFile] = {}
 
     def open(self) -> Loaded:
@@ -184,10 +211,12 @@ class StateStore:
             f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY started, rowid")]
         convs = [Conv(*row) for row in self.db.execute(
             f"SELECT {_CONV_COLUMNS} FROM conversations")]
-        nodes = self.db.execute("SELECT hash, conv, exchange, parent FROM nodes").fetchall()
         keys = self.db.execute(
             "SELECT conv, exchange_id, digest, session_id, number FROM exchange_keys").fetchall()
-        return Loaded(sessions, convs, nodes, keys)
+        if self.reader is not None:
+            self.reader.close()
+        self.reader = NodeReader(self.layout.state_dir / STATE_FILE)
+        return Loaded(sessions, convs, self.reader, keys)
 
     def _recover(self, loaded: Loaded, fresh: bool) -> None:
         """Make transcripts agree with the committed state after a crash (see module doc)."""
@@ -300,6 +329,9 @@ class StateStore:
         for f in self.files.values():
             f.close()
         self.files.clear()
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         if self.db is not None:
             self.db.close()
             self.db = None

@@ -77,7 +77,9 @@ class ClientSessions:
     """Sessions and conversations of one client. Use `async with` or open()/close().
 
     All methods are coroutines for the daemon's event loop; file and sqlite work runs in
-    this client's own IO thread. `clock` returns epoch seconds (tests pass a fake one).
+    this client's own IO thread, except the prefix index's lookups of nodes it no longer
+    holds (the newest `index_capacity` stay in memory; older ones are read on the loop
+    from a read-only connection). `clock` returns epoch seconds (tests pass a fake one).
     Hooks get a session's info dict: `on_end` after a session ended, `on_resume` after
     one was reopened, and `on_restore` before one is reopened (awaited; if it raises,
     the record call fails with StorageError and nothing is written).
@@ -93,8 +95,10 @@ class ClientSessions:
         on_end: Sequence[Hook] = (),
         on_resume: Sequence[Hook] = (),
         on_restore: Sequence[Hook] = (),
+        index_capacity: int = chat.INDEX_CAPACITY,
     ) -> None:
         self.layout = layout
+        self._index_capacity = index_capacity  # prefix-index nodes kept in memory
         self.client_id = layout.client_id
         self.on_end: list[Hook] = list(on_end)
         self.on_resume: list[Hook] = list(on_resume)
@@ -498,7 +502,7 @@ class ClientSessions:
         self._next_conv = max(self._convs, default=0)
         self._by_external = {c.external_id: c for c in loaded.convs
                              if c.kind == "mcp" and c.external_id is not None}
-        self._index = chat.PrefixIndex(loaded.nodes)
+        self._index = chat.PrefixIndex(store=loaded.nodes, capacity=self._index_capacity)
         self._keys = ExchangeKeys(loaded.keys)
         self._ready.set()
 

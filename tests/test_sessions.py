@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memd import transcript
+from memd import chat, transcript
 from memd.chat import InvalidRecord
 from memd.errors import StorageError
 from memd.layout import ClientLayout
@@ -37,10 +37,24 @@ def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(fn())
 
 
+# Every test runs twice: with the prefix index all in memory, and with memory for one
+# node only, so that nearly every lookup goes to the nodes on disk.
+INDEX_CAPACITY: dict[str, int] = {}
+
+
+@pytest.fixture(autouse=True, params=[chat.INDEX_CAPACITY, 1], ids=["index-in-memory",
+                                                                     "index-on-disk"])
+def index_capacity(request: pytest.FixtureRequest) -> Iterator[int]:
+    INDEX_CAPACITY["value"] = request.param
+    yield request.param
+    INDEX_CAPACITY.clear()
+
+
 @contextlib.asynccontextmanager
 async def store(root: Path, clock: Clock, **kw: Any) -> AsyncIterator[ClientSessions]:
     kw.setdefault("inactivity_minutes", 30)
     kw.setdefault("max_minutes", 120)
+    kw.setdefault("index_capacity", INDEX_CAPACITY.get("value", chat.INDEX_CAPACITY))
     async with ClientSessions(ClientLayout(root, "c1"), clock=clock, **kw) as cs:
         yield cs
 

@@ -11,8 +11,9 @@ again; the same key with other text is refused with `exchange_conflict`.
 What identifies an exchange is its user and assistant text as written to the transcript
 (after `transcript.clean_text`: line breaks unified, lone surrogates replaced), digested
 with blake2b. The `timestamp` of an import only labels an exchange and is not compared.
-Keys are kept for good, like the conversations they belong to: ~320 bytes each in memory
-with a UUID-sized id (measured with tracemalloc, 100,000 keys).
+Keys are kept for good, like the conversations they belong to, in the state database;
+memory holds the 10,000 used last (~320 bytes each with a UUID-sized id, measured with
+tracemalloc) and any other is looked up on disk.
 
 Concurrency. `ClientSessions.record_exchange` looks a key up and adds it in the same
 synchronous step as its write decision, before the commit, so of two identical calls in
@@ -30,7 +31,7 @@ import hashlib
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memd.chat import InvalidRecord
 from memd.errors import ExchangeConflict
@@ -73,33 +74,57 @@ def digest(user: str, assistant: str) -> bytes:
     return h.digest()
 
 
+class KeyStore(Protocol):
+    """The committed keys: what ExchangeKeys asks about a key it no longer holds."""
+
+    def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None: ...
+
+
+KEYS_CAPACITY = 10_000  # keys a client keeps in memory when a store backs them
+
+
 class ExchangeKeys:
-    """(conversation key, exchange_id) -> Recorded, for one client, all in memory.
+    """(conversation key, exchange_id) -> Recorded, for one client.
 
     Entries are added when a call decides to write, before its commit, so a concurrent
     call with the same key finds it at once; a failed commit reloads the whole state
-    from disk, and with it this table.
+    from disk, and with it this table. With a `store`, memory keeps the `capacity` keys
+    used last and asks the store for the others (evicted keys are long committed).
     """
 
-    def __init__(self, rows: Iterable[KeyRow] = ()) -> None:
-        self._seen: dict[tuple[int, str], Recorded] = {}
-        sessions: dict[str, str] = {}  # one string object per session id, not one per row
+    def __init__(self, rows: Iterable[KeyRow] = (), *, store: KeyStore | None = None,
+                 capacity: int = KEYS_CAPACITY) -> None:
+        self._seen: dict[tuple[int, str], Recorded] = {}  # oldest use first
+        self._store = store
+        self._capacity = max(1, capacity) if store is not None else None
         for conv, exchange_id, dig, session_id, number in rows:
-            sid = sessions.setdefault(session_id, session_id)
-            self._seen[conv, exchange_id] = Recorded(bytes(dig), sid, number)
+            self._keep((conv, exchange_id), Recorded(bytes(dig), session_id, number))
 
     def __len__(self) -> int:
+        """Keys held in memory (not those only the store has)."""
         return len(self._seen)
 
     def get(self, conv: int, exchange_id: str) -> Recorded | None:
-        return self._seen.get((conv, exchange_id))
+        seen = self._seen.get((conv, exchange_id))
+        if seen is None and self._store is not None:
+            row = self._store.exchange_key(conv, exchange_id)
+            if row is not None:
+                seen = Recorded(bytes(row[0]), row[1], row[2])
+                self._keep((conv, exchange_id), seen)
+        return seen
 
     def add(self, conv: int, exchange_id: str, dig: bytes, session_id: str,
             number: int) -> KeyRow:
         """Note a key for an exchange being written; the row to commit with it."""
         assert (conv, exchange_id) not in self._seen, "a known key must be replayed"
-        self._seen[conv, exchange_id] = Recorded(dig, session_id, number)
+        self._keep((conv, exchange_id), Recorded(dig, session_id, number))
         return conv, exchange_id, dig, session_id, number
+
+    def _keep(self, key: tuple[int, str], seen: Recorded) -> None:
+        self._seen.pop(key, None)  # re-insert: the most recently used come last
+        self._seen[key] = seen
+        if self._capacity is not None and len(self._seen) > self._capacity:
+            del self._seen[next(iter(self._seen))]
 
 
 def replay(seen: Recorded, dig: bytes, conversation_id: str, exchange_id: str,

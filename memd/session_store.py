@@ -145,12 +145,12 @@ class Change:
 class Loaded:
     sessions: list[Session]
     convs: list[Conv]
-    nodes: NodeReader  # the prefix index's nodes stay on disk; memory keeps the recent ones
-    keys: list[KeyRow]
+    reader: StateReader  # nodes and exchange keys stay on disk; memory keeps recent ones
 
 
-class NodeReader:
-    """Point lookups of committed prefix-index nodes, for chat.PrefixIndex on the event loop.
+class StateReader:
+    """Point lookups of committed prefix-index nodes and exchange keys, for chat.PrefixIndex
+    and exchange_keys.ExchangeKeys on the event loop.
 
     Its own read-only connection: in WAL mode it sees every committed transaction and never
     blocks the IO thread's writer. One lookup is an index probe (tens of microseconds).
@@ -170,6 +170,12 @@ class NodeReader:
         return self._db.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1",
                                 (h,)).fetchone() is not None
 
+    def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None:
+        row = self._db.execute("SELECT digest, session_id, number FROM exchange_keys "
+                               "WHERE conv = ? AND exchange_id = ?",
+                               (conv, exchange_id)).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
     def close(self) -> None:
         self._db.close()
 
@@ -180,7 +186,7 @@ class StateStore:
     def __init__(self, layout: ClientLayout) -> None:
         self.layout = layout
         self.db: sqlite3.Connection | None = None
-        self.reader: NodeReader | None = None
+        self.reader: StateReader | None = None
         self.files: dict[str, transcript.AppendFile] = {}
 
     def open(self) -> Loaded:
@@ -211,12 +217,10 @@ class StateStore:
             f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY started, rowid")]
         convs = [Conv(*row) for row in self.db.execute(
             f"SELECT {_CONV_COLUMNS} FROM conversations")]
-        keys = self.db.execute(
-            "SELECT conv, exchange_id, digest, session_id, number FROM exchange_keys").fetchall()
         if self.reader is not None:
             self.reader.close()
-        self.reader = NodeReader(self.layout.state_dir / STATE_FILE)
-        return Loaded(sessions, convs, self.reader, keys)
+        self.reader = StateReader(self.layout.state_dir / STATE_FILE)
+        return Loaded(sessions, convs, self.reader)
 
     def _recover(self, loaded: Loaded, fresh: bool) -> None:
         """Make transcripts agree with the committed state after a crash (see module doc)."""

@@ -98,7 +98,7 @@ class ClientSessions:
         index_capacity: int = chat.INDEX_CAPACITY,
     ) -> None:
         self.layout = layout
-        self._index_capacity = index_capacity  # prefix-index nodes kept in memory
+        self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
         self.client_id = layout.client_id
         self.on_end: list[Hook] = list(on_end)
         self.on_resume: list[Hook] = list(on_resume)
@@ -502,8 +502,8 @@ class ClientSessions:
         self._next_conv = max(self._convs, default=0)
         self._by_external = {c.external_id: c for c in loaded.convs
                              if c.kind == "mcp" and c.external_id is not None}
-        self._index = chat.PrefixIndex(store=loaded.nodes, capacity=self._index_capacity)
-        self._keys = ExchangeKeys(loaded.keys)
+        self._index = chat.PrefixIndex(store=loaded.reader, capacity=self._index_capacity)
+        self._keys = ExchangeKeys(store=loaded.reader, capacity=self._index_capacity)
         self._ready.set()
 
     async def _wait_ready(self) -> None:

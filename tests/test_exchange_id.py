@@ -55,6 +55,8 @@ def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
 async def store(root: Path, clock: Clock, **kw: Any) -> AsyncIterator[ClientSessions]:
     kw.setdefault("inactivity_minutes", 30)
     kw.setdefault("max_minutes", 120)
+    # Room for one key in memory: every earlier key is looked up in the state database.
+    kw.setdefault("index_capacity", 1)
     async with ClientSessions(ClientLayout(root, CLIENT), clock=clock, **kw) as cs:
         yield cs
 

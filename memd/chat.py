@@ -73,7 +73,7 @@ def chained_hashes(messages: Sequence[Message]) -> list[bytes]:
 
 
 Node = tuple[bytes, int, int, bytes | None]  # hash, conversation, exchange, parent hash
-INDEX_CAPACITY = 10_000  # nodes a client keeps in memory when a store backs the index
+INDEX_CAPACITY = 2_000  # nodes a client keeps in memory when a store backs the index
 
 
 class NodeStore(Protocol):

@@ -12,7 +12,7 @@ What identifies an exchange is its user and assistant text as written to the tra
 (after `transcript.clean_text`: line breaks unified, lone surrogates replaced), digested
 with blake2b. The `timestamp` of an import only labels an exchange and is not compared.
 Keys are kept for good, like the conversations they belong to, in the state database;
-memory holds the 10,000 used last (~320 bytes each with a UUID-sized id, measured with
+memory holds the 2,000 used last (~320 bytes each with a UUID-sized id, measured with
 tracemalloc) and any other is looked up on disk.
 
 Concurrency. `ClientSessions.record_exchange` looks a key up and adds it in the same
@@ -80,7 +80,7 @@ class KeyStore(Protocol):
     def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None: ...
 
 
-KEYS_CAPACITY = 10_000  # keys a client keeps in memory when a store backs them
+KEYS_CAPACITY = 2_000  # keys a client keeps in memory when a store backs them
 
 
 class ExchangeKeys:

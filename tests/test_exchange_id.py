@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -31,34 +32,16 @@ from memd.layout import ClientLayout
 from memd.sessions import ClientSessions
 from tests.support.daemon import DaemonProcess
 from tests.support.fake_llm import FakeLLM
+from tests.support.sessions import Clock, open_sessions, run
 
-T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 CLIENT = "c1"
 
 
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, minutes: float) -> None:
-        self.t += minutes * 60
-
-
-def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(fn())
-
-
-@contextlib.asynccontextmanager
-async def store(root: Path, clock: Clock, **kw: Any) -> AsyncIterator[ClientSessions]:
-    kw.setdefault("inactivity_minutes", 30)
+def store(root: Path, clock: Clock, **kw: Any) -> AbstractAsyncContextManager[ClientSessions]:
     kw.setdefault("max_minutes", 120)
     # Room for one key in memory: every earlier key is looked up in the state database.
     kw.setdefault("index_capacity", 1)
-    async with ClientSessions(ClientLayout(root, CLIENT), clock=clock, **kw) as cs:
-        yield cs
+    return open_sessions(root, clock, CLIENT, **kw)
 
 
 def users(path: Path | str) -> list[str]:

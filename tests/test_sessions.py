@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +18,7 @@ from memd.errors import StorageError
 from memd.layout import ClientLayout
 from memd.sessions import ClientSessions
 from memd.transcript import Part
-
-T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, minutes: float) -> None:
-        self.t += minutes * 60
-
-
-def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(fn())
-
+from tests.support.sessions import T0, Clock, open_sessions, run
 
 # Every test runs twice: with the prefix index all in memory, and with memory for one
 # node only, so that nearly every lookup goes to the nodes on disk.
@@ -50,13 +33,10 @@ def index_capacity(request: pytest.FixtureRequest) -> Iterator[int]:
     INDEX_CAPACITY.clear()
 
 
-@contextlib.asynccontextmanager
-async def store(root: Path, clock: Clock, **kw: Any) -> AsyncIterator[ClientSessions]:
-    kw.setdefault("inactivity_minutes", 30)
+def store(root: Path, clock: Clock, **kw: Any) -> AbstractAsyncContextManager[ClientSessions]:
     kw.setdefault("max_minutes", 120)
     kw.setdefault("index_capacity", INDEX_CAPACITY.get("value", chat.INDEX_CAPACITY))
-    async with ClientSessions(ClientLayout(root, "c1"), clock=clock, **kw) as cs:
-        yield cs
+    return open_sessions(root, clock, **kw)
 
 
 def parse(result: dict[str, Any]) -> transcript.ParsedTranscript:

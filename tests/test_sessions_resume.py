@@ -17,7 +17,8 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,33 +34,14 @@ from memd.session_store import Change, StateStore
 from memd.sessions import ClientSessions
 from memd.transcript import Part
 from tests.support.fake_llm import FakeLLM
+from tests.support.sessions import T0, Clock, open_sessions, run
 
-T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 CLIENT = "c1"
 
 
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def at(self, minutes: float) -> None:
-        """Set the clock to T0 + minutes."""
-        self.t = T0 + minutes * 60
-
-
-def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(fn())
-
-
-@contextlib.asynccontextmanager
-async def store(root: Path, clock: Clock, **kw: Any) -> AsyncIterator[ClientSessions]:
-    kw.setdefault("inactivity_minutes", 30)
+def store(root: Path, clock: Clock, **kw: Any) -> AbstractAsyncContextManager[ClientSessions]:
     kw.setdefault("max_minutes", 60)
-    async with ClientSessions(ClientLayout(root, CLIENT), clock=clock, **kw) as cs:
-        yield cs
+    return open_sessions(root, clock, CLIENT, **kw)
 
 
 def u(text: str) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""Library-level session tests' shared pieces: a settable clock and ClientSessions on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from memd.layout import ClientLayout
+from memd.sessions import ClientSessions
+
+T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+
+
+class Clock:
+    """Epoch seconds that only move when a test says so."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, minutes: float) -> None:
+        self.t += minutes * 60
+
+    def at(self, minutes: float) -> None:
+        """Set the clock to T0 + minutes."""
+        self.t = T0 + minutes * 60
+
+
+def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(fn())
+
+
+@contextlib.asynccontextmanager
+async def open_sessions(root: Path, clock: Clock, client: str = "c1",
+                        **kw: Any) -> AsyncIterator[ClientSessions]:
+    """ClientSessions for `client` under `root` (30-minute inactivity unless given)."""
+    kw.setdefault("inactivity_minutes", 30)
+    async with ClientSessions(ClientLayout(root, client), clock=clock, **kw) as cs:
+        yield cs

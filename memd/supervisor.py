@@ -12,7 +12,6 @@ Everything runs on one event loop thread. Spawning must happen on that long-live
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,17 +37,11 @@ class Supervisor:
         spawner: Spawner | None = None,
         clock: Callable[[], float] = time.monotonic,
         tick: float = 0.25,
-        idle_tick: float = 1.0,
         poll: float = 0.05,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
         self._tick = tick
-        # Once every child is where it is wanted (RUNNING, or FATAL, or stopped and not
-        # wanted) nothing is timed to the quarter second: ticking 4x a second over 40
-        # children was most of an idle memd's CPU. A command wakes the loop at once.
-        self._idle_tick = max(idle_tick, tick)
-        self._wake = asyncio.Event()
         self._poll = poll  # how often a waiting stop() looks again
         self._children: dict[str, Child] = {}
         self._requires: dict[str, tuple[str, ...]] = {}
@@ -67,7 +60,6 @@ class Supervisor:
         self._requires[spec.name] = tuple(requires)
         if start:
             self._wanted.add(spec.name)
-        self._wake.set()
         return child
 
     async def remove(self, name: str, timeout: float | None = None) -> bool:
@@ -111,7 +103,6 @@ class Supervisor:
         if name not in self._children:
             raise KeyError(name)
         self._wanted.add(name)
-        self._wake.set()
 
     async def stop(self, name: str, timeout: float | None = None) -> bool:
         """Stop and wait until it has exited (bounded by its own stop_timeout+kill_timeout,
@@ -134,7 +125,6 @@ class Supervisor:
         if not child.reset():
             return False
         self._wanted.add(name)
-        self._wake.set()
         return True
 
     def is_ready(self, name: str) -> bool:
@@ -168,29 +158,15 @@ class Supervisor:
             self._guarded(child, child.step, now, can_spawn=may_start)
 
     async def run(self) -> None:
-        """Tick every `tick` seconds (`idle_tick` once all is settled) until shutdown()."""
+        """Tick every `tick` seconds until shutdown() (or cancellation)."""
         while not self._closing:
             self.step()
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(),
-                                       self._idle_tick if self.settled() else self._tick)
-
-    def settled(self) -> bool:
-        """Every child RUNNING or FATAL if wanted, or stopped if not: no timing pending."""
-        for name, child in self._children.items():
-            if name in self._wanted:
-                if child.state not in (ProcessStates.RUNNING, ProcessStates.FATAL):
-                    return False
-            elif not child.idle:
-                return False
-        return True
+            await asyncio.sleep(self._tick)
 
     async def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop every child in parallel. At 3/4 of timeout whatever is left gets SIGKILL;
         returns False if something is still alive at timeout. Ends run()."""
         self._closing = True
-        self._wake.set()  # run() ends now, not after its idle tick
         self._wanted.clear()
         children = list(self._children.values())
         now = self._clock()

@@ -395,35 +395,3 @@ def test_real_memsearch_watch_stops_cleanly_on_sigint(
     assert (status.last_exit_code, status.last_signal) == (0, None)
     assert "Indexed 1 chunks." in log.read_text()
     assert "Stopping watcher." in log.read_text()  # its KeyboardInterrupt cleanup ran
-
-
-async def running(sup: Supervisor, name: str, timeout: float = 30.0) -> bool:
-    """Watch without ticking (unlike wait_ready): only the supervisor's own loop steps."""
-    deadline = time.monotonic() + timeout
-    while not sup.is_ready(name):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
-def test_settled_supervisor_ticks_slowly_but_a_command_wakes_it(tmp_path: Path) -> None:
-    """Once all is RUNNING the loop sleeps `idle_tick`; adding a child must not wait it out."""
-
-    async def scenario() -> tuple[bool, bool]:
-        sup = Supervisor(tick=0.02, idle_tick=3600.0, poll=0.02)
-        runner = asyncio.create_task(sup.run())
-        try:
-            sup.add(ChildSpec(name="a", argv=(PY, "-c", "import time; time.sleep(600)"),
-                              startsecs=0.1))
-            assert await running(sup, "a")
-            await asyncio.sleep(0.2)  # the loop is now in its hour-long sleep
-            settled = sup.settled()
-            sup.add(ChildSpec(name="b", argv=(PY, "-c", "import time; time.sleep(600)"),
-                              startsecs=0.1))
-            return settled, await running(sup, "b")
-        finally:
-            await sup.shutdown(timeout=10.0)
-            await runner
-
-    assert asyncio.run(scenario()) == (True, True)

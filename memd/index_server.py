@@ -224,8 +224,7 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
     print(json.dumps({"event": "index_server_ready", "socket": str(socket_path),
                       "data_dir": str(data_dir), "pid": os.getpid()}), flush=True)
     try:
-        while not stop.wait(1.0):
-            pass
+        stop.wait()  # a signal interrupts the wait and its handler sets the event
     finally:
         log.info("index_server_stopping", uptime=round(time.monotonic() - started, 1))
         server.stop()

@@ -461,7 +461,8 @@ class Committer:
     async def _fail(self, batch: list[_Pending], exc: Exception) -> None:
         """A failed write: fail every decided change, then let the owner reload the state."""
         failed, self._queue = batch + self._queue, []
-        log.error("recording failed", client=self.client_id, error=str(exc), ops=len(failed))
+        log.error("recording failed", client=self.client_id, error=str(exc), ops=len(failed),
+                  exc_info=exc)  # the traceback: a failure here is rare and must be findable
         for item in failed:
             _resolve(item.future, StorageError(f"could not record: {exc}"))
             _resolve(item.hooks_done)

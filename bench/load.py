@@ -13,7 +13,8 @@ history resent every turn, a new chat every 20 turns). Each client is one proces
 Prints, in this order: start-up (memd ready, every index server and watcher RUNNING);
 idle cost before the load (RSS and PSS of memd and per client, CPU of memd and all its
 children); under load, RSS of memd + children sampled every `--sample` seconds with the
-slope of a linear fit over the second half (the growth trend); per method: calls, errors by
+slope of a linear fit over the second half and over each quarter (the growth trend, and
+whether it levels off); per method: calls, errors by
 kind, and latency percentiles; memory again `--cooldown` seconds after the load. Asserts
 nothing: targets are checked by people.
 """
@@ -213,16 +214,26 @@ def report_latency(samples: list[tuple[str, float, str | None]], seconds: float)
 
 
 def report_rss(series: list[tuple[float, dict[str, float]]]) -> dict:
-    half = [p for p in series if p[0] >= series[-1][0] / 2]
+    """The slope by quarter tells growth that levels off (caches filling up to their
+    bound, a heap warming) from a leak, which keeps the same slope to the end."""
+    end = series[-1][0]
+    half = [p for p in series if p[0] >= end / 2]
+    quarters = [[p for p in series if q * end / 4 <= p[0] <= (q + 1) * end / 4]
+                for q in range(4)]
     out = {}
-    print(f"{'RSS (MB)':<16}{'first':>9}{'last':>9}{'max':>9}{'slope 2nd half':>17}")
+    print(f"{'RSS (MB)':<16}{'first':>9}{'last':>9}{'max':>9}{'slope 2nd half':>17}"
+          f"   slope by quarter (MB/min)")
     for kind in ("memd", "index_server", "watcher", "total"):
         values = [(t, s.get(kind, 0.0)) for t, s in series]
         slope = slope_per_minute([(t, s.get(kind, 0.0)) for t, s in half])
+        by_quarter = [slope_per_minute([(t, s.get(kind, 0.0)) for t, s in q])
+                      for q in quarters]
         out[kind] = {"first": values[0][1], "last": values[-1][1],
-                     "max": max(v for _, v in values), "slope_mb_per_min": slope}
+                     "max": max(v for _, v in values), "slope_mb_per_min": slope,
+                     "slope_by_quarter": by_quarter}
         print(f"{kind:<16}{values[0][1]:>9.1f}{values[-1][1]:>9.1f}"
-              f"{out[kind]['max']:>9.1f}{slope:>12.2f} MB/min")
+              f"{out[kind]['max']:>9.1f}{slope:>12.2f} MB/min   "
+              + " ".join(f"{q:>6.2f}" for q in by_quarter))
     return out
 
 

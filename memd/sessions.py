@@ -179,7 +179,7 @@ class ClientSessions:
             await self._reopen(conv)
         if conv is None:
             conv = self._by_external[conversation_id] = self._new_conv("mcp", conversation_id)
-            conv.title = parts[0].text
+            conv.title = _title(parts[0].text)
         stamp = when or _dt(now)
         header = self._header_if_due(sess, conv, stamp)
         conv.exchanges += 1
@@ -220,7 +220,7 @@ class ClientSessions:
         if conv is None:
             conv = self._new_conv("chat", None)
         if conv.title is None:  # the request carries the whole history: its first question
-            conv.title = chat.first_user_text(msgs)
+            conv.title = _title(chat.first_user_text(msgs))
         stamp = when or _dt(now)
         header = self._header_if_due(sess, conv, stamp)
         new = [*msgs[k:], resp]
@@ -498,6 +498,8 @@ class ClientSessions:
         self._active = {s.session_id: s for s in loaded.sessions if s.state == "active"}
         fresh = [s for s in self._active.values() if s.resumed is None]
         self._current = fresh[-1] if fresh else None  # loaded oldest first
+        for c in loaded.convs:  # rows written before titles were cut when set
+            c.title = _title(c.title)
         self._convs = {c.key: c for c in loaded.convs}
         self._next_conv = max(self._convs, default=0)
         self._by_external = {c.external_id: c for c in loaded.convs
@@ -542,6 +544,15 @@ def _probe_writable(folder: Path) -> None:
     finally:
         os.close(fd)
         os.unlink(name)
+
+
+def _title(text: str | None) -> str | None:
+    """A conversation's title as its headings show it (one line, at most 70 characters).
+
+    Cut when it is set, not when it is rendered: memd keeps every conversation in memory,
+    and a first message can be megabytes long.
+    """
+    return None if text is None else transcript.conversation_title(text)
 
 
 def _dt(ts: float) -> datetime:

@@ -717,6 +717,29 @@ def test_title_survives_archive_and_resume(tmp_path: Path) -> None:
     run(scenario)
 
 
+def test_long_first_message_is_kept_only_as_its_title(tmp_path: Path) -> None:
+    """memd keeps every conversation in memory: a megabyte-long first message must not
+    stay there (or in the state database) whole, only the title its headings show."""
+    long_question = "Please review this log " + "line after line " * 70_000
+    title = transcript.conversation_title(long_question)
+
+    async def scenario() -> None:
+        clock = Clock()
+        async with store(tmp_path, clock) as cs:
+            r = await cs.record_exchange("mcp", long_question, "ok")
+            await cs.record_chat([u(long_question)], a("ok"))
+        async with store(tmp_path, clock) as cs:
+            await cs.record_exchange("mcp", "and?", "done")
+        assert _titles(r) == [(1, 1, title), (2, 1, title), (1, 2, title)]
+
+    run(scenario)
+    db = sqlite3.connect(tmp_path / "c1" / ".memd" / "state.sqlite3")
+    stored = [row[0] for row in db.execute("SELECT title FROM conversations")]
+    db.close()
+    assert stored == [title, title]
+    assert len(title) <= 70
+
+
 def test_state_database_without_title_column_is_migrated(tmp_path: Path) -> None:
     async def scenario() -> None:
         clock = Clock()

@@ -193,7 +193,10 @@ class StateStore:
         self.layout.ensure()
         path = self.layout.state_dir / STATE_FILE
         fresh = not path.exists()
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # check_same_thread: only the IO thread may touch this connection. sqlite3's
+        # statement cache is not safe across threads (cpython#118172: "bad parameter or
+        # other API misuse", wrong rows); a stray use must fail loudly, not corrupt.
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=True)
         db.execute("PRAGMA journal_mode=WAL")
         # FULL: a commit is on disk before a caller hears "recorded"; with NORMAL a power
         # loss could lose a commit whose transcript bytes survived, and recovery would

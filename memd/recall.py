@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from memd.layout import ClientLayout
+from memd.lines import read_lines
 from memd.search import Hit, IndexSearcher, IndexUnavailableError, expand_hit
 from memd.transcript import HEADING_TIME, SESSION_ID_RE, heading_time
 
@@ -440,15 +441,15 @@ def _conversation_at(reader: _LineCache, path: Path, line: int) -> tuple[int | N
 
 
 class _LineCache:
-    """Each source file is read at most once per recall."""
+    """Each source file is read at most once per recall (lines decoded only when used)."""
 
     def __init__(self) -> None:
-        self._lines: dict[Path, list[str]] = {}
+        self._lines: dict[Path, Sequence[str]] = {}
 
-    def lines(self, path: Path) -> list[str]:
+    def lines(self, path: Path) -> Sequence[str]:
         if path not in self._lines:
             try:
-                self._lines[path] = path.read_bytes().decode("utf-8", "replace").splitlines()
+                self._lines[path] = read_lines(path)
             except OSError:
                 self._lines[path] = []
         return self._lines[path]

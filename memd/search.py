@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -360,7 +360,8 @@ def _hit(row: dict[str, Any]) -> Hit:
 # -- expand -----------------------------------------------------------------------------------
 
 
-def expand_hit(hit: Hit, root: Path | None = None, lines: list[str] | None = None) -> Section:
+def expand_hit(hit: Hit, root: Path | None = None,
+               lines: Sequence[str] | None = None) -> Section:
     """memsearch's expand: from the chunk's heading to the next heading of the same or a
     higher level. Only files under `root` (the client's folder) are read; a caller that
     has the file's lines already (recall reads each file once) passes them."""

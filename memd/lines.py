@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, overload
 
 # What str.splitlines() breaks on besides "\n": these single bytes, and U+0085, U+2028 and
-# U+2029 (C2 85, E2 80 A8, E2 80 A9 in UTF-8). memd's transcripts escape them, so the fast
-# path is the normal one.
+# U+2029 (C2 85, E2 80 A8, E2 80 A9 in UTF-8). Messages rarely hold them, so the lazy path
+# is the usual one; a transcript that does (pasted Windows text, say) is split as before.
 _SINGLE_BYTE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 
 

@@ -57,7 +57,7 @@ def test_out_of_range_index_raises(tmp_path: Path) -> None:
 
 
 def test_transcript_takes_the_lazy_path(tmp_path: Path) -> None:
-    """A transcript memd wrote holds no line break but "\\n", so recall never splits it."""
+    """A transcript whose only line break is "\\n" (the usual case) is never split."""
     path = tmp_path / "t.md"
     path.write_bytes(("## 2026-11-30 10:00 · exchange 1 — café\n\n**User:** hi\n" * 3).encode())
     lines = read_lines(path)

@@ -51,6 +51,7 @@ from tests.support.faults import (
     user_texts,
     wait_for,
 )
+from tests.support.sessions import T0, Clock
 
 pytestmark = pytest.mark.faults
 
@@ -742,22 +743,10 @@ def test_config_on_defaults_emptied_or_deleted_keeps_last_good_config(
 # Session deadlines are wall-clock epoch seconds (ClientSessions(clock=time.time)); these
 # drive the real library (real files, real sqlite) with a clock that jumps.
 
-T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 INACTIVITY, MAX = 10.0, 30.0  # minutes
 
 
-class JumpingClock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def minutes(self, m: float) -> None:
-        self.t += m * 60
-
-
-def _sessions(root: Path, clock: JumpingClock, ended: list[dict[str, Any]]) -> ClientSessions:
+def _sessions(root: Path, clock: Clock, ended: list[dict[str, Any]]) -> ClientSessions:
     return ClientSessions(ClientLayout(root, "jumpy"), inactivity_minutes=INACTIVITY,
                           max_minutes=MAX, clock=clock, on_end=[ended.append])
 
@@ -768,12 +757,12 @@ def _iso_minutes(m: float) -> str:
 
 def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock, ended = JumpingClock(), []
+        clock, ended = Clock(), []
         async with _sessions(tmp_path, clock, ended) as cs:
             idle = await cs.record_exchange("idle", "u", "a")  # session A
-            clock.minutes(5)
+            clock.advance(5)
             await cs.record_exchange("idle", "u2", "a2")  # A's last activity: T0+5
-            clock.minutes(3 * 24 * 60)  # the machine resumes three days later
+            clock.advance(3 * 24 * 60)  # the machine resumes three days later
             [info] = await cs.expire()
             assert (info["session_id"], info["end_reason"], info["ended"]) == \
                 (idle["session_id"], "inactivity", _iso_minutes(5 + INACTIVITY))
@@ -781,13 +770,13 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
             assert [e["session_id"] for e in ended] == [idle["session_id"]]
 
         # A busy session runs into the maximum duration before the jump.
-        clock2, ended2 = JumpingClock(), []
+        clock2, ended2 = Clock(), []
         async with _sessions(tmp_path / "busy", clock2, ended2) as cs:
             busy = await cs.record_exchange("busy", "u", "a")
             for _ in range(5):
-                clock2.minutes(5)
+                clock2.advance(5)
                 await cs.record_exchange("busy", "u", "a")  # last activity T0+25
-            clock2.minutes(24 * 60)
+            clock2.advance(24 * 60)
             # A new conversation arrives before the monitor looks: it ends A at its
             # deadline (with the end hooks) and starts a fresh session now.
             fresh = await cs.record_exchange("new", "u", "a")
@@ -800,10 +789,10 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
             assert [e["session_id"] for e in ended2] == [busy["session_id"]]
 
         # The jump happens while memd is down: the reopened store ends A on the next check.
-        clock3, ended3 = JumpingClock(), []
+        clock3, ended3 = Clock(), []
         async with _sessions(tmp_path / "down", clock3, ended3) as cs:
             down = await cs.record_exchange("c", "u", "a")
-        clock3.minutes(7 * 24 * 60)
+        clock3.advance(7 * 24 * 60)
         async with _sessions(tmp_path / "down", clock3, ended3) as cs:
             [info] = await cs.expire()
             assert (info["session_id"], info["ended"]) == (down["session_id"],
@@ -816,10 +805,10 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
 
 def test_clock_jump_backward_ends_nothing_early_and_breaks_nothing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock, ended = JumpingClock(), []
+        clock, ended = Clock(), []
         async with _sessions(tmp_path, clock, ended) as cs:
             first = await cs.record_exchange("c", "u1", "a1")
-            clock.minutes(-120)  # NTP steps the clock back two hours
+            clock.advance(-120)  # NTP steps the clock back two hours
             assert await cs.expire() == []
             again = await cs.record_exchange("c", "u2", "a2")
             assert again["session_id"] == first["session_id"]
@@ -829,9 +818,9 @@ def test_clock_jump_backward_ends_nothing_early_and_breaks_nothing(tmp_path: Pat
             [active] = await cs.list_sessions()
             assert active["state"] == "active"
             assert active["last_activity"] == _iso_minutes(0)  # never moves backwards
-            clock.minutes(INACTIVITY + 1)  # real idle time passes, wall clock still behind
+            clock.advance(INACTIVITY + 1)  # real idle time passes, wall clock still behind
             assert await cs.expire() == []  # nothing ends early
-            clock.minutes(120)  # the clock is past the deadline again
+            clock.advance(120)  # the clock is past the deadline again
             [info] = await cs.expire()
             assert (info["end_reason"], info["ended"]) == ("inactivity",
                                                            _iso_minutes(INACTIVITY))
@@ -843,7 +832,7 @@ def test_clock_jump_backward_ends_nothing_early_and_breaks_nothing(tmp_path: Pat
             # sessions.close right after a backward jump: a session must not end before
             # its own last activity (nor before it started).
             later = await cs.record_exchange("d", "u", "a")
-            clock.minutes(-60)
+            clock.advance(-60)
             [closed] = await cs.close_active()
             assert closed["session_id"] == later["session_id"]
             for row in await cs.list_sessions():

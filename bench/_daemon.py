@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memd.client import MemdClient, RemoteError
+from memd.cli.client import MemdClient, RemoteError
 from tests.support.daemon import DaemonProcess, base_config, write_config
 
 
@@ -119,8 +119,13 @@ class Connections:
             self._all.clear()
 
 
-def record_burst(conns: Connections, client_id: str, sessions: Sequence[Sequence[dict[str, Any]]],
-                 threads: int = 8, between: Callable[[], Any] | None = None) -> float:
+def record_burst(
+    conns: Connections,
+    client_id: str,
+    sessions: Sequence[Sequence[dict[str, Any]]],
+    threads: int = 8,
+    between: Callable[[], Any] | None = None,
+) -> float:
     """Record every session's exchanges (many in flight), closing the session after each.
 
     Each exchange is a dict with conversation_id, user, assistant and optional timestamp.
@@ -131,8 +136,10 @@ def record_burst(conns: Connections, client_id: str, sessions: Sequence[Sequence
     with ThreadPoolExecutor(threads) as pool:
         for exchanges in sessions:
             start = time.perf_counter()
-            calls = [pool.submit(conns.call, "memory.record_exchange",
-                                 {"client_id": client_id, **ex}) for ex in exchanges]
+            calls = [
+                pool.submit(conns.call, "memory.record_exchange", {"client_id": client_id, **ex})
+                for ex in exchanges
+            ]
             for call in calls:
                 call.result()
             conns.call("sessions.close", {"client_id": client_id})
@@ -172,15 +179,20 @@ class IndexView:
     @classmethod
     def of(cls, proc: DaemonProcess, client_id: str) -> IndexView:
         from memd.config import load_config
-        from memd.indexing import IndexSettings, index_target
+        from memd.indexing.settings import IndexSettings, index_target
         from memd.layout import ClientLayout
 
         config = load_config(proc.config_path)
         layout = ClientLayout(config.memory_dir, client_id)
         target = index_target(config, layout)
         settings = IndexSettings()
-        return cls(target.uri, target.collection, layout.sessions, settings.max_chunk_size,
-                   settings.overlap_lines)
+        return cls(
+            target.uri,
+            target.collection,
+            layout.sessions,
+            settings.max_chunk_size,
+            settings.overlap_lines,
+        )
 
     def client(self) -> Any:
         """A private channel: pymilvus shares channels per URI by default, and a shared one
@@ -192,8 +204,12 @@ class IndexView:
     def count(self, client: Any) -> int:
         if not client.has_collection(self.collection):
             return 0
-        rows = client.query(collection_name=self.collection, filter="",
-                            output_fields=["count(*)"], consistency_level="Strong")
+        rows = client.query(
+            collection_name=self.collection,
+            filter="",
+            output_fields=["count(*)"],
+            consistency_level="Strong",
+        )
         return int(rows[0]["count(*)"]) if rows else 0
 
     def _count_retrying(self, client: Any) -> int:
@@ -213,15 +229,23 @@ class IndexView:
         total = 0
         for path in _markdown_files(self.sessions):
             source = str(path.resolve())
-            chunks = chunk_markdown(path.read_text(encoding="utf-8"), source=source,
-                                    max_chunk_size=self.max_chunk_size,
-                                    overlap_lines=self.overlap_lines)
-            total += len({compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash,
-                                           "m") for c in chunks})
+            chunks = chunk_markdown(
+                path.read_text(encoding="utf-8"),
+                source=source,
+                max_chunk_size=self.max_chunk_size,
+                overlap_lines=self.overlap_lines,
+            )
+            total += len(
+                {
+                    compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m")
+                    for c in chunks
+                }
+            )
         return total
 
-    def wait_complete(self, timeout: float = 1800.0, stall: float = 30.0,
-                      progress: bool = True) -> tuple[int, float]:
+    def wait_complete(
+        self, timeout: float = 1800.0, stall: float = 30.0, progress: bool = True
+    ) -> tuple[int, float]:
         """Poll until the index holds exactly the chunks of the files on disk.
 
         Returns (chunks, seconds waited). Raises Stalled when the count has not moved
@@ -244,8 +268,9 @@ class IndexView:
                 if now - start > timeout:
                     raise TimeoutError(f"index has {have} of {want} chunks after {timeout} s")
                 if progress and now - last_print > 10:
-                    print(f"    indexing: {have}/{want} chunks after {now - start:.0f} s",
-                          flush=True)
+                    print(
+                        f"    indexing: {have}/{want} chunks after {now - start:.0f} s", flush=True
+                    )
                     last_print = now
                 time.sleep(0.05 if want - have < 50 else 0.5)
         finally:
@@ -275,8 +300,9 @@ def restart_watcher(proc: DaemonProcess, client_id: str, timeout: float = 120.0)
     raise TimeoutError(f"watcher of {client_id} did not come back")
 
 
-def wait_indexed(proc: DaemonProcess, view: IndexView, client_id: str,
-                 progress: bool = True) -> tuple[int, float, int]:
+def wait_indexed(
+    proc: DaemonProcess, view: IndexView, client_id: str, progress: bool = True
+) -> tuple[int, float, int]:
     """`view.wait_complete`, restarting the watcher when the index stalls.
 
     Returns (chunks, seconds waited, watcher restarts).
@@ -290,8 +316,11 @@ def wait_indexed(proc: DaemonProcess, view: IndexView, client_id: str,
         except Stalled as exc:
             if restarts >= 3:
                 raise
-            print(f"    {exc}; memsearch watch dropped {lost_watch_events(proc, client_id)} "
-                  "events so far: restarting the watcher", flush=True)
+            print(
+                f"    {exc}; memsearch watch dropped {lost_watch_events(proc, client_id)} "
+                "events so far: restarting the watcher",
+                flush=True,
+            )
             restart_watcher(proc, client_id)
             restarts += 1
 
@@ -322,7 +351,7 @@ class MemsearchCli:
         cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
         # argv: python -m memsearch watch <sessions> --provider ... ; keep the options.
         at = argv.index("watch")
-        return cls(tuple(argv[at + 2:]), env, cwd)
+        return cls(tuple(argv[at + 2 :]), env, cwd)
 
     def argv(self, command: str, *args: str) -> list[str]:
         return [sys.executable, "-m", "memsearch", command, *args, *self.options]

@@ -25,7 +25,7 @@ def kind_of(proc: psutil.Process) -> str:
         line = " ".join(proc.cmdline())
     except psutil.Error:
         return "gone"
-    if "memd.index_server" in line:
+    if "memd.indexing.index_server" in line:
         return "index_server"
     if "memsearch" in line and " watch " in f" {line} ":
         return "watcher"

@@ -15,8 +15,8 @@ import time
 
 import openai
 
-from memd import embed_server, embedding
-from memd.embed_server import EmbeddingServer
+from memd.indexing import embed_server, embedding
+from memd.indexing.embed_server import EmbeddingServer
 
 
 def handler(nodelay: bool, keepalive: bool) -> type:
@@ -66,22 +66,26 @@ def measure(calls: int, nodelay: bool, keepalive: bool, texts: list[str]) -> lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     embedding.model()
-    one = ["## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** which port?\n\n"
-           "**Assistant:** 6543."]
+    one = [
+        "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** which port?\n\n**Assistant:** 6543."
+    ]
     batch = one * 64
     for label, texts in (("1 text", one), ("64 texts", batch)):
         for keepalive in (False, True):
             for nodelay in (True, False):
                 lat = measure(args.calls, nodelay, keepalive, texts)
                 conn = "keep-alive" if keepalive else "close     "
-                print(f"{label:9s} {conn} TCP_NODELAY={'on ' if nodelay else 'off'}  "
-                      f"p50 {statistics.median(lat):6.2f} ms  "
-                      f"p99 {lat[int(len(lat) * 0.99)]:6.2f} ms")
+                print(
+                    f"{label:9s} {conn} TCP_NODELAY={'on ' if nodelay else 'off'}  "
+                    f"p50 {statistics.median(lat):6.2f} ms  "
+                    f"p99 {lat[int(len(lat) * 0.99)]:6.2f} ms"
+                )
 
 
 if __name__ == "__main__":

@@ -50,27 +50,143 @@ from _daemon import (
 
 CLIENT = "bench"
 
-NAMES = ["Amelia", "Bruno", "Chiara", "Dmitri", "Esther", "Farid", "Greta", "Hiroshi", "Ines",
-         "Jonas", "Kamala", "Lukas", "Maren", "Nikolai", "Olga", "Pablo", "Quentin", "Rosa",
-         "Sven", "Tamsin", "Ulrike", "Viktor", "Wanda", "Xavier", "Yusuf", "Zofia"]
-PLACES = ["Lisbon", "Kyoto", "Valparaíso", "Tromsø", "Marrakesh", "Ljubljana", "Oaxaca",
-          "Tbilisi", "Hobart", "Bergen", "Cusco", "Hanoi", "Galway", "Zanzibar", "Porto",
-          "Riga", "Bruges", "Salzburg", "Montréal", "Cádiz"]
-FOODS = ["lentils", "aubergine", "chickpeas", "miso", "saffron", "buckwheat", "fennel",
-         "halloumi", "tamarind", "sourdough", "kimchi", "polenta", "cardamom", "quince"]
-TECH = ["Python", "Rust", "PostgreSQL", "Kubernetes", "Terraform", "React", "Go", "SQLite",
-        "Nginx", "Redis", "Kafka", "systemd", "Docker", "TypeScript", "Haskell", "Elixir"]
-TASKS = ["profile a slow endpoint", "set up connection pooling", "write an integration test",
-         "rotate the logs", "debug a memory leak", "add a retry with backoff",
-         "migrate the schema", "cache the expensive query", "stream a large file",
-         "configure TLS", "parse a CSV file", "limit the request rate", "handle SIGTERM"]
-HOBBIES = ["bouldering", "watercolour painting", "sea kayaking", "chess openings",
-           "bird watching", "pottery", "trail running", "bread baking", "astronomy",
-           "beekeeping", "woodworking", "salsa dancing"]
-THINGS = ["bike lock code", "gym locker number", "dentist appointment", "wifi password hint",
-          "passport expiry", "library card number", "parking spot", "insurance number"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December"]
+NAMES = [
+    "Amelia",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Esther",
+    "Farid",
+    "Greta",
+    "Hiroshi",
+    "Ines",
+    "Jonas",
+    "Kamala",
+    "Lukas",
+    "Maren",
+    "Nikolai",
+    "Olga",
+    "Pablo",
+    "Quentin",
+    "Rosa",
+    "Sven",
+    "Tamsin",
+    "Ulrike",
+    "Viktor",
+    "Wanda",
+    "Xavier",
+    "Yusuf",
+    "Zofia",
+]
+PLACES = [
+    "Lisbon",
+    "Kyoto",
+    "Valparaíso",
+    "Tromsø",
+    "Marrakesh",
+    "Ljubljana",
+    "Oaxaca",
+    "Tbilisi",
+    "Hobart",
+    "Bergen",
+    "Cusco",
+    "Hanoi",
+    "Galway",
+    "Zanzibar",
+    "Porto",
+    "Riga",
+    "Bruges",
+    "Salzburg",
+    "Montréal",
+    "Cádiz",
+]
+FOODS = [
+    "lentils",
+    "aubergine",
+    "chickpeas",
+    "miso",
+    "saffron",
+    "buckwheat",
+    "fennel",
+    "halloumi",
+    "tamarind",
+    "sourdough",
+    "kimchi",
+    "polenta",
+    "cardamom",
+    "quince",
+]
+TECH = [
+    "Python",
+    "Rust",
+    "PostgreSQL",
+    "Kubernetes",
+    "Terraform",
+    "React",
+    "Go",
+    "SQLite",
+    "Nginx",
+    "Redis",
+    "Kafka",
+    "systemd",
+    "Docker",
+    "TypeScript",
+    "Haskell",
+    "Elixir",
+]
+TASKS = [
+    "profile a slow endpoint",
+    "set up connection pooling",
+    "write an integration test",
+    "rotate the logs",
+    "debug a memory leak",
+    "add a retry with backoff",
+    "migrate the schema",
+    "cache the expensive query",
+    "stream a large file",
+    "configure TLS",
+    "parse a CSV file",
+    "limit the request rate",
+    "handle SIGTERM",
+]
+HOBBIES = [
+    "bouldering",
+    "watercolour painting",
+    "sea kayaking",
+    "chess openings",
+    "bird watching",
+    "pottery",
+    "trail running",
+    "bread baking",
+    "astronomy",
+    "beekeeping",
+    "woodworking",
+    "salsa dancing",
+]
+THINGS = [
+    "bike lock code",
+    "gym locker number",
+    "dentist appointment",
+    "wifi password hint",
+    "passport expiry",
+    "library card number",
+    "parking spot",
+    "insurance number",
+]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 FILLER = [
     "It usually helps to write down what you tried so far and what changed.",
     "Start small, measure, and only then decide whether the extra complexity pays off.",
@@ -97,25 +213,35 @@ def make_exchange(rng: random.Random) -> tuple[str, str]:
     food, food2, hobby = rng.choice(FOODS), rng.choice(FOODS), rng.choice(HOBBIES)
     if kind == 0:
         user = f"How do I {task} in {tech}? It has bitten me twice this week."
-        answer = (f"To {task} in {tech}, start from the smallest failing case, then add the "
-                  f"change step by step. In {tech} the usual tool for this is built in.")
+        answer = (
+            f"To {task} in {tech}, start from the smallest failing case, then add the "
+            f"change step by step. In {tech} the usual tool for this is built in."
+        )
     elif kind == 1:
         user = f"My friend {name} is visiting {place} in {month}. What should we do there?"
-        answer = (f"In {place} in {month} you could go {hobby} in the morning and try the "
-                  f"local {food} dishes in the evening; {name} will like the old town.")
+        answer = (
+            f"In {place} in {month} you could go {hobby} in the morning and try the "
+            f"local {food} dishes in the evening; {name} will like the old town."
+        )
     elif kind == 2:
         user = f"Can you suggest a weeknight recipe with {food} and {food2}?"
-        answer = (f"Roast the {food} with olive oil, then simmer it with the {food2}, garlic "
-                  f"and a squeeze of lemon for twenty minutes. Serve with rice.")
+        answer = (
+            f"Roast the {food} with olive oil, then simmer it with the {food2}, garlic "
+            f"and a squeeze of lemon for twenty minutes. Serve with rice."
+        )
     elif kind == 3:
         user = f"I want to get better at {hobby} by {month}. Where do I start?"
-        answer = (f"For {hobby}, book a beginner session, practise twice a week, and keep a "
-                  f"log. By {month} you will notice a real difference.")
+        answer = (
+            f"For {hobby}, book a beginner session, practise twice a week, and keep a "
+            f"log. By {month} you will notice a real difference."
+        )
     elif kind == 4:
         tech2 = rng.choice(TECH)
         user = f"What's the practical difference between {tech} and {tech2} for a small team?"
-        answer = (f"{tech} and {tech2} overlap less than it seems: pick {tech} if you need "
-                  f"its ecosystem, {tech2} if the team already knows it.")
+        answer = (
+            f"{tech} and {tech2} overlap less than it seems: pick {tech} if you need "
+            f"its ecosystem, {tech2} if the team already knows it."
+        )
     else:
         thing = rng.choice(THINGS)
         value = f"{rng.randrange(1000, 99999)}-{rng.choice(PLACES).lower()}"
@@ -127,8 +253,9 @@ def make_exchange(rng: random.Random) -> tuple[str, str]:
     return user, answer
 
 
-def make_sessions(n: int, per_session: int, start: datetime, span: timedelta,
-                  seed: int) -> list[list[dict[str, Any]]]:
+def make_sessions(
+    n: int, per_session: int, start: datetime, span: timedelta, seed: int
+) -> list[list[dict[str, Any]]]:
     """n exchanges in sessions of per_session, spread evenly over `span` from `start`."""
     rng = random.Random(seed)
     count = max(1, -(-n // per_session))
@@ -138,9 +265,14 @@ def make_sessions(n: int, per_session: int, start: datetime, span: timedelta,
         exchanges = []
         for j in range(min(per_session, n - s * per_session)):
             user, assistant = make_exchange(rng)
-            exchanges.append({"conversation_id": f"s{s}-c{j // 10}", "user": user,
-                              "assistant": assistant,
-                              "timestamp": (first + timedelta(minutes=2 * j)).isoformat()})
+            exchanges.append(
+                {
+                    "conversation_id": f"s{s}-c{j // 10}",
+                    "user": user,
+                    "assistant": assistant,
+                    "timestamp": (first + timedelta(minutes=2 * j)).isoformat(),
+                }
+            )
         sessions.append(exchanges)
     return sessions
 
@@ -192,8 +324,10 @@ class Run:
     def row(self) -> str:
         ms = [s * 1000 for s in self.seconds]
         chars = f"{sum(self.chars) / len(self.chars):,.0f}" if self.chars else "–"
-        return (f"| {self.label} | {len(ms)} | {percentile(ms, 50):.1f} | "
-                f"{percentile(ms, 99):.1f} | {max(ms):.1f} | {chars} |")
+        return (
+            f"| {self.label} | {len(ms)} | {percentile(ms, 50):.1f} | "
+            f"{percentile(ms, 99):.1f} | {max(ms):.1f} | {chars} |"
+        )
 
 
 def measure_memd(conns: Connections, queries: Sequence[Query], label: str) -> Run:
@@ -206,8 +340,13 @@ def measure_memd(conns: Connections, queries: Sequence[Query], label: str) -> Ru
     return Run(label, seconds, chars)
 
 
-def measure_during_writes(conns: Connections, queries: Sequence[Query],
-                          more: Sequence[dict[str, Any]], threads: int, rate: int) -> Run:
+def measure_during_writes(
+    conns: Connections,
+    queries: Sequence[Query],
+    more: Sequence[dict[str, Any]],
+    threads: int,
+    rate: int,
+) -> Run:
     """Queries, round after round, while `more` is recorded at `rate` exchanges a second.
 
     The writes come in one batch a second (`threads` in flight), so the watcher indexes
@@ -221,9 +360,12 @@ def measure_during_writes(conns: Connections, queries: Sequence[Query],
             with ThreadPoolExecutor(threads) as pool:
                 for at in range(0, len(more), rate):
                     t0 = time.monotonic()
-                    calls = [pool.submit(conns.call, "memory.record_exchange",
-                                         {"client_id": CLIENT, **ex})
-                             for ex in more[at:at + rate]]
+                    calls = [
+                        pool.submit(
+                            conns.call, "memory.record_exchange", {"client_id": CLIENT, **ex}
+                        )
+                        for ex in more[at : at + rate]
+                    ]
                     for call in calls:
                         call.result()
                     time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
@@ -245,8 +387,14 @@ def measure_during_writes(conns: Connections, queries: Sequence[Query],
 
 
 def _run_cli(cli: MemsearchCli, command: str, *args: str) -> Any:
-    done = subprocess.run(cli.argv(command, *args), env=cli.env, cwd=cli.cwd,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        cli.argv(command, *args),
+        env=cli.env,
+        cwd=cli.cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"memsearch {command} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
@@ -269,8 +417,10 @@ def measure_cli(cli: MemsearchCli, queries: Sequence[Query]) -> tuple[Run, Run]:
         total.append(time.perf_counter() - t0)
         search_only.append(t1 - t0)
         chars.append(text)
-    return (Run("CLI `memsearch search` + `expand` per result", total, chars),
-            Run("CLI `memsearch search` alone", search_only, []))
+    return (
+        Run("CLI `memsearch search` + `expand` per result", total, chars),
+        Run("CLI `memsearch search` alone", search_only, []),
+    )
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -282,12 +432,21 @@ def main() -> None:
     ap.add_argument("--per-session", type=int, default=100)
     ap.add_argument("--threads", type=int, default=8, help="record calls in flight")
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--during", type=int, default=600,
-                    help="exchanges recorded while the second round of queries runs")
-    ap.add_argument("--rate", type=int, default=20,
-                    help="exchanges a second recorded during the second round")
-    ap.add_argument("--cli-queries", type=int, default=20,
-                    help="queries sent through the memsearch CLI (each is 1 + top_k processes)")
+    ap.add_argument(
+        "--during",
+        type=int,
+        default=600,
+        help="exchanges recorded while the second round of queries runs",
+    )
+    ap.add_argument(
+        "--rate", type=int, default=20, help="exchanges a second recorded during the second round"
+    )
+    ap.add_argument(
+        "--cli-queries",
+        type=int,
+        default=20,
+        help="queries sent through the memsearch CLI (each is 1 + top_k processes)",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="1,000 exchanges, a smoke run")
     args = ap.parse_args()
@@ -297,8 +456,9 @@ def main() -> None:
     span = timedelta(days=60)
     start = now - span - timedelta(days=1)
     data = make_sessions(args.exchanges, args.per_session, start, span, args.seed)
-    [more] = make_sessions(args.during, args.during, now - timedelta(hours=12),
-                           timedelta(hours=11), args.seed + 100)
+    [more] = make_sessions(
+        args.during, args.during, now - timedelta(hours=12), timedelta(hours=11), args.seed + 100
+    )
     queries = make_queries(args.queries, start, span, args.seed)
     print(machine())
     clients = {CLIENT: {"memory_enabled": True, "mode": "mcp_via_llm"}}
@@ -306,11 +466,13 @@ def main() -> None:
         wait_searchable(memd, CLIENT)
         conns = Connections(memd)
         view = IndexView.of(memd, CLIENT)
-        print(f"recording {args.exchanges} exchanges in {len(data)} sessions, "
-              f"{args.threads} calls in flight ...", flush=True)
+        print(
+            f"recording {args.exchanges} exchanges in {len(data)} sessions, "
+            f"{args.threads} calls in flight ...",
+            flush=True,
+        )
         took = record_burst(conns, CLIENT, data, args.threads)
-        print(f"  recorded in {took:.1f} s ({args.exchanges / took:,.0f} exchanges/s)",
-              flush=True)
+        print(f"  recorded in {took:.1f} s ({args.exchanges / took:,.0f} exchanges/s)", flush=True)
         chunks, lag, restarts = wait_indexed(memd, view, CLIENT)
         print(f"  index complete {lag:.1f} s after the burst: {chunks} chunks", flush=True)
         if restarts:
@@ -318,10 +480,12 @@ def main() -> None:
         runs = [measure_memd(conns, queries, "memd `memory.recall`, right after the burst")]
         runs.append(measure_during_writes(conns, queries, more, args.threads, args.rate))
         chunks, lag, restarts = wait_indexed(memd, view, CLIENT)
-        print(f"  second burst indexed {lag:.1f} s after the queries: {chunks} chunks"
-              + (f" (after {restarts} watcher restart(s))" if restarts else ""))
+        print(
+            f"  second burst indexed {lag:.1f} s after the queries: {chunks} chunks"
+            + (f" (after {restarts} watcher restart(s))" if restarts else "")
+        )
         cli = MemsearchCli.of_watcher(memd, CLIENT)
-        subset = queries[:args.cli_queries]
+        subset = queries[: args.cli_queries]
         print(f"memsearch CLI: {len(subset)} queries ...", flush=True)
         same = measure_memd(conns, subset, "memd `memory.recall`, same queries as the CLI")
         cli_total, cli_search = measure_cli(cli, subset)
@@ -330,8 +494,10 @@ def main() -> None:
         lost = lost_watch_events(memd, CLIENT)
     runs += [settled, same, cli_total, cli_search]
     print()
-    print(f"{chunks} chunks ({args.exchanges + args.during} exchanges), latency in ms, "
-          "chars = characters returned")
+    print(
+        f"{chunks} chunks ({args.exchanges + args.during} exchanges), latency in ms, "
+        "chars = characters returned"
+    )
     print()
     print("| path | queries | p50 | p99 | max | mean chars |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -342,9 +508,11 @@ def main() -> None:
     print()
     print(f"CLI / memd at p50: {ratio:.0f}x (search + expand), {ratio_s:.0f}x (search alone)")
     first = [x * 1000 for x in runs[0].seconds]
-    print(f"right after the burst, in order: queries 1-20 p50 {percentile(first[:20], 50):.1f}"
-          f" max {max(first[:20]):.1f} ms; the rest p50 {percentile(first[20:], 50):.1f} "
-          f"max {max(first[20:] or [0]):.1f} ms")
+    print(
+        f"right after the burst, in order: queries 1-20 p50 {percentile(first[:20], 50):.1f}"
+        f" max {max(first[:20]):.1f} ms; the rest p50 {percentile(first[20:], 50):.1f} "
+        f"max {max(first[20:] or [0]):.1f} ms"
+    )
     print(f"events dropped by memsearch watch: {lost}")
     print(f"at the end: {machine()}")
 

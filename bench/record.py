@@ -15,7 +15,7 @@ from pathlib import Path
 
 from _daemon import percentile, running_daemon
 
-from memd.client import MemdClient
+from memd.cli.client import MemdClient
 
 
 def worker(sock: str, k: int, n: int, start: mp.Event, out: mp.Queue) -> None:
@@ -24,10 +24,15 @@ def worker(sock: str, k: int, n: int, start: mp.Event, out: mp.Queue) -> None:
         lat = []
         for i in range(n):
             t0 = time.perf_counter()
-            client.call("memory.record_exchange", {
-                "client_id": "bench", "conversation_id": f"conv-{k}",
-                "user": f"question {i} from client {k}: " + "lorem ipsum " * 20,
-                "assistant": f"answer {i}: " + "dolor sit amet " * 40})
+            client.call(
+                "memory.record_exchange",
+                {
+                    "client_id": "bench",
+                    "conversation_id": f"conv-{k}",
+                    "user": f"question {i} from client {k}: " + "lorem ipsum " * 20,
+                    "assistant": f"answer {i}: " + "dolor sit amet " * 40,
+                },
+            )
             lat.append(time.perf_counter() - t0)
         out.put(lat)
 
@@ -41,8 +46,10 @@ def main() -> None:
     with running_daemon(clients=clients) as memd:
         ctx = mp.get_context("spawn")
         start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(str(memd.socket), k, args.per_client,
-                                                   start, out)) for k in range(args.clients)]
+        procs = [
+            ctx.Process(target=worker, args=(str(memd.socket), k, args.per_client, start, out))
+            for k in range(args.clients)
+        ]
         for p in procs:
             p.start()
         time.sleep(1.0)

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memd import chat
 from memd.layout import ClientLayout
-from memd.sessions import ClientSessions
+from memd.sessions import chat
+from memd.sessions.tracker import ClientSessions
 
 PAYLOAD = "word " * 100  # ~500 characters per message, a typical short turn
 
@@ -53,12 +53,13 @@ def fsync_cost(folder: Path, n: int = 300) -> None:
 def _line(what: str, seconds: list[float]) -> None:
     ms = sorted(x * 1000 for x in seconds)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    print(f"  {what:<44} n={len(ms):>6}  p50 {statistics.median(ms):7.3f} ms"
-          f"  p99 {p99:7.3f} ms  max {ms[-1]:7.3f} ms")
+    print(
+        f"  {what:<44} n={len(ms):>6}  p50 {statistics.median(ms):7.3f} ms"
+        f"  p99 {p99:7.3f} ms  max {ms[-1]:7.3f} ms"
+    )
 
 
-async def _client_loop(cs: ClientSessions, worker: int, until: float,
-                       lat: list[float]) -> None:
+async def _client_loop(cs: ClientSessions, worker: int, until: float, lat: list[float]) -> None:
     i = 0
     while time.perf_counter() < until:
         t = time.perf_counter()
@@ -69,13 +70,13 @@ async def _client_loop(cs: ClientSessions, worker: int, until: float,
 
 async def concurrent(root: Path, clients: int, workers: int, seconds: float) -> None:
     """`workers` coroutines, each with one call in flight, spread over `clients` clients."""
-    stores = [await ClientSessions(ClientLayout(root, f"bench{c}")).open()
-              for c in range(clients)]
+    stores = [await ClientSessions(ClientLayout(root, f"bench{c}")).open() for c in range(clients)]
     lat: list[float] = []
     until = time.perf_counter() + seconds
     start = time.perf_counter()
-    await asyncio.gather(*(_client_loop(stores[w % clients], w, until, lat)
-                           for w in range(workers)))
+    await asyncio.gather(
+        *(_client_loop(stores[w % clients], w, until, lat) for w in range(workers))
+    )
     elapsed = time.perf_counter() - start
     for cs in stores:
         await cs.close()
@@ -86,8 +87,10 @@ async def concurrent(root: Path, clients: int, workers: int, seconds: float) -> 
 def _history(n: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": "bench"}]
     for i in range(n // 2):
-        out += [{"role": "user", "content": f"{PAYLOAD} q{i}"},
-                {"role": "assistant", "content": f"{PAYLOAD} a{i}"}]
+        out += [
+            {"role": "user", "content": f"{PAYLOAD} q{i}"},
+            {"role": "assistant", "content": f"{PAYLOAD} a{i}"},
+        ]
     return out
 
 

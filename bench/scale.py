@@ -34,7 +34,8 @@ def rss_mb(procs: list[psutil.Process], kind: str = "rss") -> float:
 def all_running(status: dict, n: int) -> bool:
     clients = status["clients"]
     return len(clients) == n and all(
-        (c.get("watcher") or {}).get("state") == "RUNNING" for c in clients.values())
+        (c.get("watcher") or {}).get("state") == "RUNNING" for c in clients.values()
+    )
 
 
 def measure(n: int, idle: float) -> dict[str, float]:
@@ -45,8 +46,10 @@ def measure(n: int, idle: float) -> dict[str, float]:
             time.sleep(0.2)
         ready = time.monotonic() - started
         for cid in clients:
-            memd.call("memory.record_exchange", {"client_id": cid, "conversation_id": "x",
-                                                 "user": "warm up", "assistant": "ok"})
+            memd.call(
+                "memory.record_exchange",
+                {"client_id": cid, "conversation_id": "x", "user": "warm up", "assistant": "ok"},
+            )
         time.sleep(5)  # let watchers index it and settle
         procs = tree(memd.proc.pid)
         memd_rss = rss_mb(procs[:1])
@@ -54,11 +57,19 @@ def measure(n: int, idle: float) -> dict[str, float]:
         memd_pss = rss_mb(procs[:1], "pss")
         total_pss = rss_mb(procs, "pss")
         cpu = idle_cpu_by_kind(memd.proc.pid, idle)
-    return {"clients": n, "ready_s": ready, "memd_mb": memd_rss, "total_mb": total_rss,
-            "per_client_mb": (total_rss - memd_rss) / n, "memd_pss": memd_pss,
-            "total_pss": total_pss, "per_client_pss": (total_pss - memd_pss) / n,
-            "idle_cpu_pct": cpu["total"], "idle_cpu_memd": cpu.get("memd", 0.0),
-            "idle_cpu_children": cpu["total"] - cpu.get("memd", 0.0)}
+    return {
+        "clients": n,
+        "ready_s": ready,
+        "memd_mb": memd_rss,
+        "total_mb": total_rss,
+        "per_client_mb": (total_rss - memd_rss) / n,
+        "memd_pss": memd_pss,
+        "total_pss": total_pss,
+        "per_client_pss": (total_pss - memd_pss) / n,
+        "idle_cpu_pct": cpu["total"],
+        "idle_cpu_memd": cpu.get("memd", 0.0),
+        "idle_cpu_children": cpu["total"] - cpu.get("memd", 0.0),
+    }
 
 
 def main() -> None:
@@ -67,16 +78,21 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     args = ap.parse_args()
     print("MB columns: RSS / PSS (PSS shares library pages among processes)")
-    print(f"{'clients':>7} {'ready s':>8} {'memd MB':>11} {'total MB':>13} "
-          f"{'per client MB':>13} {'idle CPU % (memd + children)':>28}")
+    print(
+        f"{'clients':>7} {'ready s':>8} {'memd MB':>11} {'total MB':>13} "
+        f"{'per client MB':>13} {'idle CPU % (memd + children)':>28}"
+    )
     for n in args.clients:
         r = measure(n, args.idle_seconds)
-        print(f"{r['clients']:>7} {r['ready_s']:>8.1f} "
-              f"{r['memd_mb']:>5.0f} /{r['memd_pss']:>4.0f} "
-              f"{r['total_mb']:>6.0f} /{r['total_pss']:>5.0f} "
-              f"{r['per_client_mb']:>6.0f} /{r['per_client_pss']:>5.0f} "
-              f"{r['idle_cpu_pct']:>12.2f} ({r['idle_cpu_memd']:.2f} + "
-              f"{r['idle_cpu_children']:.2f})", flush=True)
+        print(
+            f"{r['clients']:>7} {r['ready_s']:>8.1f} "
+            f"{r['memd_mb']:>5.0f} /{r['memd_pss']:>4.0f} "
+            f"{r['total_mb']:>6.0f} /{r['total_pss']:>5.0f} "
+            f"{r['per_client_mb']:>6.0f} /{r['per_client_pss']:>5.0f} "
+            f"{r['idle_cpu_pct']:>12.2f} ({r['idle_cpu_memd']:.2f} + "
+            f"{r['idle_cpu_children']:.2f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

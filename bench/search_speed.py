@@ -25,27 +25,69 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memd import embedding
 from memd.config import EmbeddingConfig
-from memd.index_server import index_ready
-from memd.indexing import IndexTarget
-from memd.search import IndexSearcher
+from memd.indexing import embedding
+from memd.indexing.index_server import index_ready
+from memd.indexing.search import IndexSearcher
+from memd.indexing.settings import IndexTarget
 
 COLLECTION = "memd_bench"
 BATCH = 64
-QUERIES = ["staging database port", "how to rotate certificates", "deploy rollback plan",
-           "who owns the billing service", "python dependency upgrade", "memory leak in worker",
-           "weekly meeting notes", "vacation schedule", "api rate limit errors",
-           "kubernetes node upgrade"]
+QUERIES = [
+    "staging database port",
+    "how to rotate certificates",
+    "deploy rollback plan",
+    "who owns the billing service",
+    "python dependency upgrade",
+    "memory leak in worker",
+    "weekly meeting notes",
+    "vacation schedule",
+    "api rate limit errors",
+    "kubernetes node upgrade",
+]
 
 
 def words(rng: random.Random, n: int = 4000) -> list[str]:
     syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "an", "el", "or", "ip"]
-    common = ["the", "a", "of", "to", "and", "in", "is", "for", "on", "with", "that", "this",
-              "it", "deploy", "database", "port", "service", "error", "config", "user",
-              "release", "test", "memory", "search", "index", "query", "cache", "server",
-              "client", "billing", "certificate", "kubernetes", "python", "rollback",
-              "meeting", "notes", "api"]
+    common = [
+        "the",
+        "a",
+        "of",
+        "to",
+        "and",
+        "in",
+        "is",
+        "for",
+        "on",
+        "with",
+        "that",
+        "this",
+        "it",
+        "deploy",
+        "database",
+        "port",
+        "service",
+        "error",
+        "config",
+        "user",
+        "release",
+        "test",
+        "memory",
+        "search",
+        "index",
+        "query",
+        "cache",
+        "server",
+        "client",
+        "billing",
+        "certificate",
+        "kubernetes",
+        "python",
+        "rollback",
+        "meeting",
+        "notes",
+        "api",
+    ]
     made = {"".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(n)}
     return common * 20 + sorted(made)
 
@@ -59,9 +101,15 @@ def chunks(count: int, seed: int = 7) -> Iterator[dict]:
         user = " ".join(rng.choice(vocab) for _ in range(rng.randint(8, 30)))
         answer = " ".join(rng.choice(vocab) for _ in range(rng.randint(40, 160)))
         content = f"## {heading}\n\n**User:** {user}\n\n**Assistant:** {answer}"
-        yield {"chunk_hash": f"{i:016x}", "content": content, "heading": heading,
-               "source": f"/bench/sessions/s{i // 100:04d}.md", "heading_level": 2,
-               "start_line": 1 + (i % 100) * 6, "end_line": 6 + (i % 100) * 6}
+        yield {
+            "chunk_hash": f"{i:016x}",
+            "content": content,
+            "heading": heading,
+            "source": f"/bench/sessions/s{i // 100:04d}.md",
+            "heading_level": 2,
+            "start_line": 1 + (i % 100) * 6,
+            "end_line": 6 + (i % 100) * 6,
+        }
 
 
 def wait_port(port: int) -> None:
@@ -75,9 +123,19 @@ def wait_port(port: int) -> None:
 @contextlib.contextmanager
 def memd_server(tmp: Path) -> Iterator[str]:
     sock = tmp / "index.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "memd.index_server", "--data-dir",
-                             str(tmp / "memd-data"), "--socket", str(sock)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memd.indexing.index_server",
+            "--data-dir",
+            str(tmp / "memd-data"),
+            "--socket",
+            str(sock),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while not index_ready(sock):
             time.sleep(0.05)
@@ -92,9 +150,22 @@ def stock_server(tmp: Path) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
-                             str(tmp / "stock-data"), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "milvus_lite",
+            "server",
+            "--data-dir",
+            str(tmp / "stock-data"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_port(port)
         yield f"http://127.0.0.1:{port}"
@@ -108,8 +179,9 @@ def run(uri: str, rows: int, queries: int, pause: float, steady: int) -> dict[st
     exchange, a 1 s pause (the watcher's debounce is 0.3 s), one search."""
     from memsearch.store import MilvusStore
 
-    store = MilvusStore(uri, collection=COLLECTION, dimension=embedding.DIMENSION,
-                        _create_if_missing=True)
+    store = MilvusStore(
+        uri, collection=COLLECTION, dimension=embedding.DIMENSION, _create_if_missing=True
+    )
     source = chunks(rows + steady)
     write_time = 0.0
     batch: list[dict] = []
@@ -145,8 +217,9 @@ def summary(latencies: list[float]) -> str:
         return "-"
     ordered = sorted(latencies)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"p50 {statistics.median(ordered):7.1f} ms  p99 {p99:7.1f} ms  "
-            f"first {latencies[0]:7.1f} ms")
+    return (
+        f"p50 {statistics.median(ordered):7.1f} ms  p99 {p99:7.1f} ms  first {latencies[0]:7.1f} ms"
+    )
 
 
 def write(store, batch: list[dict]) -> float:
@@ -157,29 +230,41 @@ def write(store, batch: list[dict]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--only", choices=["memd", "stock"], default=None)
-    parser.add_argument("--pause", type=float, default=0.0,
-                        help="seconds between the last write and the first search")
-    parser.add_argument("--steady", type=int, default=10,
-                        help="rounds of: write one exchange, wait 1 s, search")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds between the last write and the first search",
+    )
+    parser.add_argument(
+        "--steady", type=int, default=10, help="rounds of: write one exchange, wait 1 s, search"
+    )
     args = parser.parse_args()
     embedding.model()
-    print(f"{args.rows} chunks, batches of {BATCH}, {args.queries} hybrid searches (top 5) "
-          f"right after the burst; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
-    servers = {"memd index server (flush after every write)": memd_server,
-               "stock Milvus Lite server (rows stay in the memtable)": stock_server}
+    print(
+        f"{args.rows} chunks, batches of {BATCH}, {args.queries} hybrid searches (top 5) "
+        f"right after the burst; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+    )
+    servers = {
+        "memd index server (flush after every write)": memd_server,
+        "stock Milvus Lite server (rows stay in the memtable)": stock_server,
+    }
     for label, server in servers.items():
         if args.only and not label.startswith(args.only):
             continue
         with tempfile.TemporaryDirectory(prefix="memd-bench-") as tmp, server(Path(tmp)) as uri:
             r = run(uri, args.rows, args.queries, args.pause, args.steady)
-        print(f"{label}\n  burst writes {r['write_s']:.1f} s\n"
-              f"  search right after the burst:      {summary(r['burst'])}\n"
-              f"  search 1 s after one new exchange: {summary(r['steady'])}")
+        print(
+            f"{label}\n  burst writes {r['write_s']:.1f} s\n"
+            f"  search right after the burst:      {summary(r['burst'])}\n"
+            f"  search 1 s after one new exchange: {summary(r['steady'])}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,17 @@ MODES = ("mcp_via_llm", "both", "llm_only", "mcp_only")
 MEMORY_MODES = ("mcp_via_llm", "both")
 LLM_PROVIDERS = ("openai", "anthropic", "gemini")
 # "wordllama" is memd's embedded offline model; the rest are memsearch's providers.
-EMBEDDING_PROVIDERS = ("wordllama", "openai", "google", "voyage", "jina", "mistral", "ollama",
-                       "local", "onnx")
+EMBEDDING_PROVIDERS = (
+    "wordllama",
+    "openai",
+    "google",
+    "voyage",
+    "jina",
+    "mistral",
+    "ollama",
+    "local",
+    "onnx",
+)
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 DEFAULT_MEMORY_DIR = "~/.localrouter/memory"
@@ -267,8 +276,10 @@ class _Parser:
         for cid, body in table.items():
             key = f"clients.{cid}"
             if not CLIENT_ID_RE.match(cid) or cid in (".", ".."):
-                raise self.fail(key, "client id must be 1-64 of A-Z a-z 0-9 _ . - and start "
-                                     "with a letter or digit")
+                raise self.fail(
+                    key,
+                    "client id must be 1-64 of A-Z a-z 0-9 _ . - and start with a letter or digit",
+                )
             if not isinstance(body, dict):
                 raise self.fail(key, f"must be a table, got {_type_name(body)}")
             kinds = {"memory_enabled": bool, "mode": str}
@@ -282,13 +293,20 @@ class _Parser:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "table",
-            list: "array"}.get(type(value), type(value).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        dict: "table",
+        list: "array",
+    }.get(type(value), type(value).__name__)
 
 
 def _kind_name(kind: type) -> str:
     return {bool: "a boolean", int: "an integer", str: "a string", dict: "a table"}.get(
-        kind, kind.__name__)
+        kind, kind.__name__
+    )
 
 
 def socket_for(path: str | Path | None) -> tuple[Path, ConfigError | None]:
@@ -305,8 +323,7 @@ def socket_for(path: str | Path | None) -> tuple[Path, ConfigError | None]:
     try:
         with contextlib.suppress(OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             raw = tomllib.loads(resolve_config_path(path).read_text(encoding="utf-8"))
-            data = {k: raw[k] for k in ("memory_dir", "socket")
-                    if isinstance(raw.get(k), str)}
+            data = {k: raw[k] for k in ("memory_dir", "socket") if isinstance(raw.get(k), str)}
         return parse_config(data, source=resolve_config_path(path)).socket, error
     except ConfigError:
         return parse_config({}).socket, error

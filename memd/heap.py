@@ -56,8 +56,11 @@ def available() -> bool:
 def limit_arenas(arenas: int = ARENAS, mmap_threshold: int = MMAP_THRESHOLD) -> bool:
     """Cap malloc's arenas and fix its mmap threshold; call before starting threads
     (existing arenas stay)."""
-    return (_LIBC is not None and _LIBC.mallopt(M_ARENA_MAX, arenas) == 1
-            and _LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1)
+    return (
+        _LIBC is not None
+        and _LIBC.mallopt(M_ARENA_MAX, arenas) == 1
+        and _LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+    )
 
 
 def trim() -> bool:
@@ -71,8 +74,9 @@ def tune(interval: float = TRIM_INTERVAL) -> bool:
     if _LIBC is None:
         return False
     limit_arenas()
-    threading.Thread(target=_trim_forever, args=(interval,), name="memd-heap-trim",
-                     daemon=True).start()
+    threading.Thread(
+        target=_trim_forever, args=(interval,), name="memd-heap-trim", daemon=True
+    ).start()
     return True
 
 

@@ -74,8 +74,15 @@ class ClientLayout:
 
     def ensure(self) -> None:
         """Create the client's folders (0700: transcripts are private)."""
-        for path in (self.root, self.sessions, self.archive, self.memsearch_dir,
-                     self.state_dir, self.logs_dir, self.tmp_dir):
+        for path in (
+            self.root,
+            self.sessions,
+            self.archive,
+            self.memsearch_dir,
+            self.state_dir,
+            self.logs_dir,
+            self.tmp_dir,
+        ):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def session_file(self, session_id: str) -> Path:

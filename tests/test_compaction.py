@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from memsearch.chunker import chunk_markdown
 
-from memd import llm, transcript
-from memd.compaction import (
+from memd.compaction import llm
+from memd.compaction.service import (
     Backoff,
     CompactionStates,
     Compactor,
@@ -32,8 +32,9 @@ from memd.compaction import (
 )
 from memd.config import CompactionConfig
 from memd.layout import ClientLayout
-from memd.sessions import ClientSessions
-from memd.transcript import Part
+from memd.markdown import transcript
+from memd.markdown.transcript import Part
+from memd.sessions.tracker import ClientSessions
 from tests.support.fake_llm import FakeLLM
 
 S = CompactionStates
@@ -73,21 +74,33 @@ def layout(tmp_path: Path) -> ClientLayout:
 
 
 def config(fake: FakeLLM, **kw: object) -> CompactionConfig:
-    values: dict = {"enabled": True, "llm_model": "fake-model", "base_url": fake.base_url,
-                    "api_key": "sk-test"} | kw
+    values: dict = {
+        "enabled": True,
+        "llm_model": "fake-model",
+        "base_url": fake.base_url,
+        "api_key": "sk-test",
+    } | kw
     return CompactionConfig(**values)
 
 
-def write_session(layout: ClientLayout, sid: str, exchanges: int = 3, *, start: float = T0,
-                  fact_prefix: str = "", filler: int = 0) -> bytes:
+def write_session(
+    layout: ClientLayout,
+    sid: str,
+    exchanges: int = 3,
+    *,
+    start: float = T0,
+    fact_prefix: str = "",
+    filler: int = 0,
+) -> bytes:
     """A session file exactly as memd's transcript module writes one."""
     text = transcript.front_matter(layout.client_id, sid, start)
     text += transcript.conversation_header(1, datetime.fromtimestamp(start, UTC))
     for n in range(1, exchanges + 1):
         when = datetime.fromtimestamp(start + 60 * n, UTC)
         user = f"Question {n}: remember FACT-{fact_prefix}{n}. " + "blah " * filler
-        text += transcript.exchange_block(n, when, [Part("User", user),
-                                                    Part("Assistant", f"Noted {n}.")])
+        text += transcript.exchange_block(
+            n, when, [Part("User", user), Part("Assistant", f"Noted {n}.")]
+        )
     data = text.encode()
     layout.session_file(sid).write_bytes(data)
     return data
@@ -112,8 +125,10 @@ async def test_compaction_writes_summary_and_archives_transcript(fake, layout):
     raw = write_session(layout, sid, 3)
     compacted: list[tuple[str, str]] = []
     clock = Clock()
-    comp = await started(Compactor(config(fake), clock=clock,
-                                   on_compacted=lambda c, s: compacted.append((c, s))), layout)
+    comp = await started(
+        Compactor(config(fake), clock=clock, on_compacted=lambda c, s: compacted.append((c, s))),
+        layout,
+    )
     try:
         assert await comp.submit("laptop", sid)
         await comp.drain()
@@ -152,8 +167,10 @@ async def test_compaction_writes_summary_and_archives_transcript(fake, layout):
 async def test_summary_chunks_all_carry_the_session_dates(fake, layout):
     sid = "2026-11-30T02-41-07Z-0002"
     write_session(layout, sid, 2)
-    fake.summary = lambda prompt: ("Intro line.\n\n# Top\n\ntext\n\n### Deep\n\nmore\n\n"
-                                   "```bash\n# a comment, not a heading\n---\n```\n")
+    fake.summary = lambda prompt: (
+        "Intro line.\n\n# Top\n\ntext\n\n### Deep\n\nmore\n\n"
+        "```bash\n# a comment, not a heading\n---\n```\n"
+    )
     comp = await started(Compactor(config(fake)), layout)
     try:
         await comp.submit("laptop", sid)
@@ -166,15 +183,23 @@ async def test_summary_chunks_all_carry_the_session_dates(fake, layout):
     assert {c.heading_level for c in headed} == {1, 2, 4}
     for chunk in headed:
         start, end = parse_summary_title(chunk.heading)
-        assert (start.isoformat(), end.isoformat()) == ("2026-11-30T02:42:07+00:00",
-                                                        "2026-11-30T02:43:07+00:00")
+        assert (start.isoformat(), end.isoformat()) == (
+            "2026-11-30T02:42:07+00:00",
+            "2026-11-30T02:43:07+00:00",
+        )
     assert "\\# a comment, not a heading" in text  # code stays in its chunk
 
 
 def test_shape_body_demotes_headings_and_escapes_code():
     body = shape_body("# A\n~~~\n## not me\n~~~\n###### six\n#nospace", "SPAN")
-    assert body.split("\n") == ["## SPAN · summary · A", "~~~", "\\## not me", "~~~",
-                                "###### SPAN · summary · six", "#nospace"]
+    assert body.split("\n") == [
+        "## SPAN · summary · A",
+        "~~~",
+        "\\## not me",
+        "~~~",
+        "###### SPAN · summary · six",
+        "#nospace",
+    ]
     assert parse_summary_title("Facts") is None
 
 
@@ -212,8 +237,12 @@ def test_split_text_cuts_an_oversized_exchange_by_characters():
     small = "## 2026-11-30 02:43:07 UTC · exchange 2\n\n**User:** hi\n\n"
     parts = llm.split_text(big + small, 1000)
     assert all(len(p) <= 1000 for p in parts)
-    assert "".join(p.replace("## 2026-11-30 02:42:07 UTC · exchange 1 (continued)\n\n", "")
-                   for p in parts) == big + small
+    assert (
+        "".join(
+            p.replace("## 2026-11-30 02:42:07 UTC · exchange 1 (continued)\n\n", "") for p in parts
+        )
+        == big + small
+    )
     assert parts[1].startswith("## 2026-11-30 02:42:07 UTC · exchange 1 (continued)")
     assert parts[-1].endswith(small)
 
@@ -226,8 +255,9 @@ async def test_merging_always_ends_even_when_the_llm_ignores_lengths():
         calls.append(len(prompt))
         return "y" * 3000  # far longer than asked
 
-    text = "".join(f"## 2026-11-30 02:4{n}:07 UTC · exchange {n}\n\n" + "z" * 1500 + "\n\n"
-                   for n in range(8))
+    text = "".join(
+        f"## 2026-11-30 02:4{n}:07 UTC · exchange {n}\n\n" + "z" * 1500 + "\n\n" for n in range(8)
+    )
     result = await llm.summarize(text, verbose, span="S", max_request_chars=4000)
     assert max(calls) <= 4000 and result.text == "y" * 3000
 
@@ -403,8 +433,11 @@ async def test_stale_summary_is_replaced(fake, layout):
     # The transcript came back and grew (restore crashed before dropping the summary).
     os.replace(layout.archive_file(sid), layout.session_file(sid))
     with layout.session_file(sid).open("a") as fh:
-        fh.write(transcript.exchange_block(2, datetime.fromtimestamp(T0 + 600, UTC),
-                                           [Part("User", "and FACT-new")]))
+        fh.write(
+            transcript.exchange_block(
+                2, datetime.fromtimestamp(T0 + 600, UTC), [Part("User", "and FACT-new")]
+            )
+        )
     out = await compact_session(layout, sid, settings)
     assert out.result == "compacted"
     assert "FACT-new" in layout.summary_file(sid).read_text()
@@ -450,8 +483,11 @@ async def test_restore_then_compact_again(fake, layout):
         assert sid not in comp.sessions("laptop")
         assert Store(layout).load() == {}
         with layout.session_file(sid).open("a") as fh:  # the conversation goes on
-            fh.write(transcript.exchange_block(3, datetime.fromtimestamp(T0 + 900, UTC),
-                                               [Part("User", "FACT-later")]))
+            fh.write(
+                transcript.exchange_block(
+                    3, datetime.fromtimestamp(T0 + 900, UTC), [Part("User", "FACT-later")]
+                )
+            )
         await comp.submit("laptop", sid)
         await comp.drain()
     finally:
@@ -685,8 +721,11 @@ async def test_transcript_that_changes_during_the_llm_call_is_not_archived(fake,
 
     def append_while_summarising(prompt: str) -> str:
         with layout.session_file(sid).open("a") as fh:
-            fh.write(transcript.exchange_block(2, datetime.fromtimestamp(T0 + 300, UTC),
-                                               [Part("User", "FACT-late")]))
+            fh.write(
+                transcript.exchange_block(
+                    2, datetime.fromtimestamp(T0 + 300, UTC), [Part("User", "FACT-late")]
+                )
+            )
         fake.summary = lambda p: "## Facts\n\n- fine\n"
         return "## Facts\n\n- stale\n"
 
@@ -706,8 +745,9 @@ async def test_transcript_that_changes_during_the_llm_call_is_not_archived(fake,
     assert "- fine" in layout.summary_file(sid).read_text()
 
 
-@pytest.mark.parametrize("provider, package", [("anthropic", "anthropic"),
-                                               ("gemini", "google.genai")])
+@pytest.mark.parametrize(
+    "provider, package", [("anthropic", "anthropic"), ("gemini", "google.genai")]
+)
 def test_provider_without_its_sdk_is_a_setup_error(provider, package):
     try:
         __import__(package)
@@ -724,8 +764,13 @@ def test_provider_without_its_sdk_is_a_setup_error(provider, package):
 def test_anthropic_gets_the_configured_key_and_base_url(fake, monkeypatch):
     pytest.importorskip("anthropic")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env-should-not-be-used")
-    settings = llm.LLMSettings(provider="anthropic", model="claude-x", api_key="sk-ant-config",
-                               base_url=fake.root_url, timeout=10)
+    settings = llm.LLMSettings(
+        provider="anthropic",
+        model="claude-x",
+        api_key="sk-ant-config",
+        base_url=fake.root_url,
+        timeout=10,
+    )
     out = asyncio.run(llm.complete(settings, "remember FACT-a"))
     assert "FACT-a" in out  # the text block, after the thinking block
     [req] = fake.requests

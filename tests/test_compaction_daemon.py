@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from memd.client import RemoteError
-from memd.summary import read_front_matter
+from memd.cli.client import RemoteError
+from memd.markdown.summary import read_front_matter
 from tests.support.daemon import DaemonProcess
 from tests.support.fake_llm import FakeLLM
 
@@ -36,9 +36,14 @@ def fake() -> Iterator[FakeLLM]:
 
 def settings(fake: FakeLLM, *, enabled: bool = True, model: str = "fake") -> dict[str, Any]:
     return {
-        "session_inactivity_minutes": 0.03, "monitor_interval_seconds": 0.2,
-        "compaction": {"enabled": enabled, "llm_provider": "openai",
-                       "base_url": fake.base_url, "llm_model": model},
+        "session_inactivity_minutes": 0.03,
+        "monitor_interval_seconds": 0.2,
+        "compaction": {
+            "enabled": enabled,
+            "llm_provider": "openai",
+            "base_url": fake.base_url,
+            "llm_model": model,
+        },
         "clients": {CLIENT: {"memory_enabled": True, "mode": "both"}},
     }
 
@@ -53,15 +58,17 @@ class Chat:
     def say(self, user: str, reply: str) -> dict[str, Any]:
         self.messages.append({"role": "user", "content": user})
         response = {"role": "assistant", "content": reply}
-        out = self.memd.call("memory.record_chat", {"client_id": CLIENT,
-                                                    "messages": list(self.messages),
-                                                    "response": response})
+        out = self.memd.call(
+            "memory.record_chat",
+            {"client_id": CLIENT, "messages": list(self.messages), "response": response},
+        )
         self.messages.append(response)
         return out
 
 
-def wait_for(predicate: Callable[[], Any], what: str, memd: DaemonProcess,
-             timeout: float = DEADLINE) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], what: str, memd: DaemonProcess, timeout: float = DEADLINE
+) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -89,16 +96,18 @@ def compacted(memd: DaemonProcess, sid: str) -> bool:
 def recall(memd: DaemonProcess, query: str) -> list[dict[str, Any]] | None:
     """Every indexed section (fewer than top_k exist), or None while the index starts."""
     try:
-        return memd.call("memory.recall", {"client_id": CLIENT, "query": query,
-                                           "top_k": 20})["results"]
+        return memd.call("memory.recall", {"client_id": CLIENT, "query": query, "top_k": 20})[
+            "results"
+        ]
     except RemoteError as exc:
         if exc.kind != "index_unavailable":
             raise
         return None
 
 
-def sources_once(memd: DaemonProcess, query: str, needle: str,
-                 sources: set[str]) -> list[dict[str, Any]] | None:
+def sources_once(
+    memd: DaemonProcess, query: str, needle: str, sources: set[str]
+) -> list[dict[str, Any]] | None:
     """The results, once `needle` is found and the results come exactly from `sources`."""
     results = recall(memd, query)
     if not results or {r["source"] for r in results} != sources:
@@ -114,14 +123,16 @@ def summary_meta(root: Path, sid: str) -> dict[str, str]:
     return read_front_matter((root / "sessions" / f"{sid}-summary.md").read_text())
 
 
-def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemon_factory,
-                                                    fake) -> None:
+def test_compact_resume_compact_again_and_recompact(
+    tmp_path, config_file, daemon_factory, fake
+) -> None:
     config = config_file(**settings(fake))
     memd = daemon_factory(config)
     root = tmp_path / "memory" / CLIENT
     chat = Chat(memd)
-    first = chat.say("My kayak is called FACT-heron. Where do I store it?",
-                     "Keep the kayak in the boathouse.")
+    first = chat.say(
+        "My kayak is called FACT-heron. Where do I store it?", "Keep the kayak in the boathouse."
+    )
     sid = first["session_id"]
     assert first["new_conversation"] is True
     chat.say("And the paddle? It is FACT-carbon.", "The paddle goes on the wall rack.")
@@ -138,8 +149,11 @@ def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemo
     assert row["path"] == str(root / "archive" / f"{sid}.md")
     assert row["compaction"]["summary_path"] == str(root / summary)
     # The index holds the summary's chunks and none of the transcript's.
-    wait_for(lambda: sources_once(memd, "kayak FACT-heron", "FACT-heron", {summary}),
-             "recall to see only the summary", memd)
+    wait_for(
+        lambda: sources_once(memd, "kayak FACT-heron", "FACT-heron", {summary}),
+        "recall to see only the summary",
+        memd,
+    )
 
     # The conversation goes on: the transcript comes back, the summary goes. The next
     # compaction is held in the LLM, so what happens meanwhile can be seen.
@@ -152,12 +166,18 @@ def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemo
     transcript = (root / live).read_text()
     assert "FACT-heron" in transcript and "FACT-neoprene" in transcript
     assert transcript.index("FACT-carbon") < transcript.index("FACT-neoprene")
-    wait_for(lambda: sources_once(memd, "spray deck FACT-neoprene", "FACT-neoprene", {live}),
-             "recall to see the restored transcript and the new exchange", memd)
+    wait_for(
+        lambda: sources_once(memd, "spray deck FACT-neoprene", "FACT-neoprene", {live}),
+        "recall to see the restored transcript and the new exchange",
+        memd,
+    )
 
     # Recording and recall keep working while a (slow) compaction runs.
-    wait_for(lambda: memd.call("daemon.status")["clients"][CLIENT]["compaction"]["running"]
-             == [sid], "the second compaction to start", memd)
+    wait_for(
+        lambda: memd.call("daemon.status")["clients"][CLIENT]["compaction"]["running"] == [sid],
+        "the second compaction to start",
+        memd,
+    )
     other = Chat(memd)
     for n in range(3):
         out = other.say(f"Unrelated question {n} about FACT-tide{n}?", f"Answer {n}.")
@@ -174,9 +194,16 @@ def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemo
     text = (root / summary).read_text()
     assert all(f in text for f in ("FACT-heron", "FACT-carbon", "FACT-neoprene"))
     assert "FACT-neoprene" in (root / "archive" / f"{sid}.md").read_text()
-    wait_for(lambda: sources_once(memd, "spray deck FACT-neoprene", "FACT-neoprene",
-                                  {summary, f"sessions/{sid2}-summary.md"}),
-             "recall to see only the two summaries", memd)
+    wait_for(
+        lambda: sources_once(
+            memd,
+            "spray deck FACT-neoprene",
+            "FACT-neoprene",
+            {summary, f"sessions/{sid2}-summary.md"},
+        ),
+        "recall to see only the two summaries",
+        memd,
+    )
 
     # A new model in the config (hot reload), then re-compaction of everything.
     applied = memd.log().count("config.applied")
@@ -184,7 +211,9 @@ def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemo
     wait_for(lambda: memd.log().count("config.applied") > applied, "the reload", memd)
     results = memd.call("sessions.recompact", {"client_id": CLIENT})["results"]
     assert sorted((r["session_id"], r["result"]) for r in results) == [
-        (sid, "recompacted"), (sid2, "recompacted")]
+        (sid, "recompacted"),
+        (sid2, "recompacted"),
+    ]
     for s in (sid, sid2):
         assert summary_meta(root, s)["llm_model"] == "fake-2"
         assert session(memd, s)["compaction"]["llm_model"] == "fake-2"
@@ -195,8 +224,9 @@ def test_compact_resume_compact_again_and_recompact(tmp_path, config_file, daemo
     assert [p.name for p in (root / ".memd" / "tmp").iterdir()] == []
 
 
-def test_llm_failure_keeps_the_transcript_until_a_retry_succeeds(tmp_path, config_file,
-                                                                  daemon_factory, fake) -> None:
+def test_llm_failure_keeps_the_transcript_until_a_retry_succeeds(
+    tmp_path, config_file, daemon_factory, fake
+) -> None:
     fake.set_mode("error", status=500)
     memd = daemon_factory(config_file(**settings(fake)))
     root = tmp_path / "memory" / CLIENT
@@ -212,26 +242,31 @@ def test_llm_failure_keeps_the_transcript_until_a_retry_succeeds(tmp_path, confi
     assert failure["session_id"] == sid and failure["last_error"].startswith("http_error")
     assert files(root / "sessions") == {f"{sid}.md"}
     assert not (root / "archive").exists() or files(root / "archive") == set()
-    wait_for(lambda: sources_once(memd, "boiler code", "FACT-boiler7", {live}),
-             "the transcript to stay recallable", memd)
+    wait_for(
+        lambda: sources_once(memd, "boiler code", "FACT-boiler7", {live}),
+        "the transcript to stay recallable",
+        memd,
+    )
 
     # The LLM is back; the retry (due in a minute by itself) is asked for now.
     fake.set_mode("ok")
-    [result] = memd.call("sessions.recompact", {"client_id": CLIENT, "session_id": sid})[
-        "results"]
+    [result] = memd.call("sessions.recompact", {"client_id": CLIENT, "session_id": sid})["results"]
     assert result == {"session_id": sid, "result": "queued", "error": None}
     wait_for(lambda: compacted(memd, sid), "the retried compaction", memd)
     assert session(memd, sid)["compaction"]["last_error"] is None
     assert memd.call("daemon.status")["clients"][CLIENT]["compaction"]["failures"] == []
     assert "FACT-boiler7" in (root / "sessions" / f"{sid}-summary.md").read_text()
     assert files(root / "archive") == {f"{sid}.md"}
-    wait_for(lambda: sources_once(memd, "boiler code", "FACT-boiler7",
-                                  {f"sessions/{sid}-summary.md"}),
-             "recall to see only the summary", memd)
+    wait_for(
+        lambda: sources_once(memd, "boiler code", "FACT-boiler7", {f"sessions/{sid}-summary.md"}),
+        "recall to see only the summary",
+        memd,
+    )
 
 
-def test_disabled_compaction_keeps_sessions_until_asked(tmp_path, config_file, daemon_factory,
-                                                         fake) -> None:
+def test_disabled_compaction_keeps_sessions_until_asked(
+    tmp_path, config_file, daemon_factory, fake
+) -> None:
     """Three ended sessions stay in sessions/; compacted together on request, all recallable."""
     memd = daemon_factory(config_file(**settings(fake, enabled=False)))
     root = tmp_path / "memory" / CLIENT
@@ -246,8 +281,11 @@ def test_disabled_compaction_keeps_sessions_until_asked(tmp_path, config_file, d
     assert files(root / "sessions") == {f"{sid}.md" for sid in sids}
     live = {f"sessions/{sid}.md" for sid in sids}
     for fact in facts:
-        wait_for(lambda fact=fact: sources_once(memd, f"allotment {fact}", fact, live),
-                 "the ended sessions to stay recallable", memd)
+        wait_for(
+            lambda fact=fact: sources_once(memd, f"allotment {fact}", fact, live),
+            "the ended sessions to stay recallable",
+            memd,
+        )
     assert fake.requests == []
 
     results = memd.call("sessions.recompact", {"client_id": CLIENT})["results"]
@@ -260,5 +298,8 @@ def test_disabled_compaction_keeps_sessions_until_asked(tmp_path, config_file, d
     # Three summaries appear within milliseconds: every one of them must be indexed.
     summaries = {f"sessions/{sid}-summary.md" for sid in sids}
     for fact in facts:
-        wait_for(lambda fact=fact: sources_once(memd, f"allotment {fact}", fact, summaries),
-                 f"recall to find {fact} in the summaries only", memd)
+        wait_for(
+            lambda fact=fact: sources_once(memd, f"allotment {fact}", fact, summaries),
+            f"recall to find {fact} in the summaries only",
+            memd,
+        )

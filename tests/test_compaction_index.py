@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from memd import transcript
-from memd.compaction import Compactor, restore
+from memd.compaction.service import Compactor, restore
 from memd.config import CompactionConfig
-from memd.embed_server import EmbeddingServer
-from memd.transcript import Part
+from memd.indexing.embed_server import EmbeddingServer
+from memd.markdown import transcript
+from memd.markdown.transcript import Part
 from tests.support.fake_llm import FakeLLM
 from tests.support.index import ClientIndex, client_config
 
@@ -58,19 +58,24 @@ def _sources(rows: list[dict[str, Any]]) -> set[str]:
 def test_index_follows_compaction_and_restore(index: ClientIndex) -> None:
     layout = index.layout
     text = transcript.front_matter("laptop", SID, T0) + transcript.conversation_header(
-        1, datetime.fromtimestamp(T0, UTC))
+        1, datetime.fromtimestamp(T0, UTC)
+    )
     for n in range(1, 6):
         when = datetime.fromtimestamp(T0 + 60 * n, UTC)
-        text += transcript.exchange_block(n, when, [
-            Part("User", f"Tell me about topic {n}: the password hint is FACT-{n}."),
-            Part("Assistant", f"Topic {n} noted.")])
+        text += transcript.exchange_block(
+            n,
+            when,
+            [
+                Part("User", f"Tell me about topic {n}: the password hint is FACT-{n}."),
+                Part("Assistant", f"Topic {n} noted."),
+            ],
+        )
     layout.session_file(SID).write_text(text)
     _wait(lambda: _sources(index.rows()) == {f"{SID}.md"}, "the transcript to be indexed")
     transcript_rows = len(index.rows())
 
     with FakeLLM() as fake:
-        cfg = CompactionConfig(enabled=True, llm_model="m", base_url=fake.base_url,
-                               api_key="k")
+        cfg = CompactionConfig(enabled=True, llm_model="m", base_url=fake.base_url, api_key="k")
 
         async def compact() -> None:
             comp = Compactor(cfg)
@@ -86,8 +91,10 @@ def test_index_follows_compaction_and_restore(index: ClientIndex) -> None:
 
     _wait(lambda: _sources(index.rows()) == {f"{SID}-summary.md"}, "summary in, transcript out")
     summary_rows = index.rows()
-    assert all(r["heading"] == "" or "2026-11-30 02:42:07 UTC – 2026-11-30 02:46:07 UTC"
-               in r["heading"] for r in summary_rows)
+    assert all(
+        r["heading"] == "" or "2026-11-30 02:42:07 UTC – 2026-11-30 02:46:07 UTC" in r["heading"]
+        for r in summary_rows
+    )
     assert any("FACT-5" in r["content"] for r in summary_rows)
     assert not any("Topic 3 noted" in r["content"] for r in summary_rows)
 

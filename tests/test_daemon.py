@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from memd.client import RemoteError
+from memd.cli.client import RemoteError
 from tests.support.daemon import REPO, DaemonProcess, base_config, write_config
 
 CLIENTS = {
@@ -26,8 +26,14 @@ CLIENTS = {
 
 
 def memd_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memd.cli", *args], capture_output=True,
-                          text=True, timeout=60, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "memd.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -112,8 +118,9 @@ def test_broken_edit_keeps_last_good_config(config_file, daemon_factory, tmp_pat
     assert (tmp_path / "memory" / "agent" / "sessions").is_dir()
 
 
-def test_config_written_in_pieces_is_read_once_it_settles(config_file, daemon_factory,
-                                                        tmp_path) -> None:
+def test_config_written_in_pieces_is_read_once_it_settles(
+    config_file, daemon_factory, tmp_path
+) -> None:
     """A save in two writes: the first piece ends at a line boundary before the clients, so
     on its own it is valid TOML that would switch every client off. memd waits for the
     file to stop changing and so only ever sees the whole file (equal to the running one)."""
@@ -127,9 +134,12 @@ def test_config_written_in_pieces_is_read_once_it_settles(config_file, daemon_fa
         time.sleep(0.15)  # a pause between the writer's two writes
         f.write(text[cut:])
     time.sleep(1.5)  # long enough for a reload of the first piece alone to finish
-    write_config(path, base_config(tmp_path, clients={"gw": CLIENTS["gw"],
-                                                      "agent": CLIENTS["agent"]},
-                                   search_top_k=7))  # a later edit: once it is applied,
+    write_config(
+        path,
+        base_config(
+            tmp_path, clients={"gw": CLIENTS["gw"], "agent": CLIENTS["agent"]}, search_top_k=7
+        ),
+    )  # a later edit: once it is applied,
     wait_for(lambda: "config.applied" in memd.log())  # the pieced one was handled
     applied = [line for line in memd.log().splitlines() if "config.applied" in line]
     assert all("agent" in line and "gw" in line for line in applied), applied
@@ -199,8 +209,10 @@ def test_tells_systemd_ready_status_and_watchdog(config_file, daemon_factory, tm
     listener.bind(str(addr))
     listener.settimeout(20)
     try:
-        memd = daemon_factory(config_file(clients=CLIENTS),
-                              env={"NOTIFY_SOCKET": str(addr), "WATCHDOG_USEC": "400000"})
+        memd = daemon_factory(
+            config_file(clients=CLIENTS),
+            env={"NOTIFY_SOCKET": str(addr), "WATCHDOG_USEC": "400000"},
+        )
         messages: list[str] = []
         while not any("WATCHDOG=1" in m for m in messages):
             messages.append(listener.recv(4096).decode())

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from memd import embedding
-from memd.embed_server import EmbeddingServer, Endpoint
+from memd.indexing import embedding
+from memd.indexing.embed_server import EmbeddingServer, Endpoint
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,9 @@ def server() -> Iterator[Endpoint]:
     srv.stop()
 
 
-def _post(endpoint: Endpoint, body: object, key: str | None = None, path: str = "/embeddings"
-          ) -> tuple[int, dict, dict]:
+def _post(
+    endpoint: Endpoint, body: object, key: str | None = None, path: str = "/embeddings"
+) -> tuple[int, dict, dict]:
     data = json.dumps(body).encode()
     req = urllib.request.Request(endpoint.base_url + path, data=data, method="POST")
     req.add_header("Content-Type", "application/json")
@@ -90,8 +91,13 @@ def test_same_maths_as_wordllama_itself() -> None:
 
 
 def test_similar_texts_are_closer_than_unrelated_ones() -> None:
-    a, b, c = embedding.embed(["the weather is sunny and warm", "sunny warm weather today",
-                               "compile the rust crate with cargo"])
+    a, b, c = embedding.embed(
+        [
+            "the weather is sunny and warm",
+            "sunny warm weather today",
+            "compile the rust crate with cargo",
+        ]
+    )
 
     def cos(x: list[float], y: list[float]) -> float:
         return sum(p * q for p, q in zip(x, y, strict=True))
@@ -106,8 +112,10 @@ def test_empty_text_gets_a_finite_unit_vector() -> None:
 
 
 def test_importing_memd_embedding_leaves_root_logging_alone() -> None:
-    code = ("import logging, memd.embedding as e; e.embed(['x']);"
-            "print(len(logging.getLogger().handlers))")
+    code = (
+        "import logging, memd.indexing.embedding as e; e.embed(['x']);"
+        "print(len(logging.getLogger().handlers))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "0"
 
@@ -179,8 +187,9 @@ def test_openai_sdk_float_and_base64_match_the_model(server: Endpoint) -> None:
 def test_memsearch_openai_provider_detects_dimension_and_batches(server: Endpoint) -> None:
     from memsearch.embeddings import get_provider
 
-    provider = get_provider("openai", model=server.model, base_url=server.base_url,
-                            api_key=server.api_key, batch_size=2)
+    provider = get_provider(
+        "openai", model=server.model, base_url=server.base_url, api_key=server.api_key, batch_size=2
+    )
     assert provider.dimension == 256
     texts = [f"chunk number {i}" for i in range(5)]
     assert asyncio.run(provider.embed(texts)) == embedding.embed(texts)

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from memd import transcript
-from memd.client import MemdClient, RemoteError
+from memd.cli.client import MemdClient, RemoteError
 from memd.layout import ClientLayout
-from memd.sessions import ClientSessions
+from memd.markdown import transcript
+from memd.sessions.tracker import ClientSessions
 from tests.support.daemon import DaemonProcess, base_config, write_config
 from tests.support.faults import (
     Chat,
@@ -92,7 +92,8 @@ CHAT_CLIENTS = ["cal", "dan"]
 
 
 def test_sigkill_under_mixed_load_keeps_every_ack_once_and_leaves_no_orphans(
-        config_file, daemon_factory, tmp_path) -> None:
+    config_file, daemon_factory, tmp_path
+) -> None:
     """Several clients record (exchanges and chat continuations) when memd is kill -9ed:
     its index servers and watchers die with it, every acknowledged exchange is on disk
     exactly once, a gateway's retry of its unanswered call is recognised, and after the
@@ -108,10 +109,14 @@ def test_sigkill_under_mixed_load_keeps_every_ack_once_and_leaves_no_orphans(
 
     tally, stop = Tally(), threading.Event()
     chats = [Chat(c, f"chat{k}") for c in CHAT_CLIENTS for k in range(2)]
-    threads = [threading.Thread(target=exchange_flood, args=(sock, c, f"conv{k}", tally, stop))
-               for c in EXCHANGE_CLIENTS for k in range(2)]
-    threads += [threading.Thread(target=chat_flood, args=(sock, chat, tally, stop))
-                for chat in chats]
+    threads = [
+        threading.Thread(target=exchange_flood, args=(sock, c, f"conv{k}", tally, stop))
+        for c in EXCHANGE_CLIENTS
+        for k in range(2)
+    ]
+    threads += [
+        threading.Thread(target=chat_flood, args=(sock, chat, tally, stop)) for chat in chats
+    ]
     for t in threads:
         t.start()
     wait_for(lambda: tally.count() >= 300, 120, 0.005, "300 acknowledged records")
@@ -124,8 +129,12 @@ def test_sigkill_under_mixed_load_keeps_every_ack_once_and_leaves_no_orphans(
     # PR_SET_PDEATHSIG: nothing memd started survives it for more than a moment.
     # (A dying process loses its command line before it is gone: check the pids too.)
     pids = [p.pid for p in children]
-    wait_for(lambda: not processes_mentioning(tmp_path) and not any(map(alive, pids)), 10,
-             0.1, "memd's children dying with it")
+    wait_for(
+        lambda: not processes_mentioning(tmp_path) and not any(map(alive, pids)),
+        10,
+        0.1,
+        "memd's children dying with it",
+    )
 
     again = daemon_factory(path)
     sock = again.socket
@@ -156,8 +165,10 @@ def test_sigkill_under_mixed_load_keeps_every_ack_once_and_leaves_no_orphans(
     time.sleep(2)  # a straggler from the killed run would show itself now
     procs = processes_mentioning(tmp_path / "memory", exclude=(again.proc.pid,))
     counts = children_by_client(procs, tmp_path / "memory", clients)
-    assert all(c == {"watcher": 1, "index_server": 1} for c in counts.values()), \
-        (counts, [cmdline(p) for p in procs])
+    assert all(c == {"watcher": 1, "index_server": 1} for c in counts.values()), (
+        counts,
+        [cmdline(p) for p in procs],
+    )
     status = call(sock, "daemon.status")["clients"]
     live = {p.pid for p in procs}
     for client in clients:
@@ -170,8 +181,10 @@ PROC_CLIENTS = {
     "vic": {"memory_enabled": True, "mode": "mcp_via_llm"},
     "oth": {"memory_enabled": True, "mode": "both"},
 }
-BASELINE = {"vic": ("Where did I park the camper van?", "The camper van is at Lot Quokka-7."),
-            "oth": ("Which bakery sells rye?", "The Brotzeit bakery sells rye on Fridays.")}
+BASELINE = {
+    "vic": ("Where did I park the camper van?", "The camper van is at Lot Quokka-7."),
+    "oth": ("Which bakery sells rye?", "The Brotzeit bakery sells rye on Fridays."),
+}
 
 
 @pytest.fixture(scope="module")
@@ -184,24 +197,48 @@ def piped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     try:
         sock = memd.socket
         wait_for(lambda: _all_running(sock, list(PROC_CLIENTS)), 180, 0.3, "pipelines RUNNING")
-        call(sock, "memory.record_exchange", {"client_id": "vic", "conversation_id": "base",
-                                              "user": BASELINE["vic"][0],
-                                              "assistant": BASELINE["vic"][1]})
-        call(sock, "memory.record_chat", {
-            "client_id": "oth", "messages": [{"role": "user", "content": BASELINE["oth"][0]}],
-            "response": {"role": "assistant", "content": BASELINE["oth"][1]}})
-        wait_for(lambda: recall_finds(sock, "vic", "camper van parked", "Quokka-7"), 90, 0.3,
-                 "vic's baseline searchable")
-        wait_for(lambda: recall_finds(sock, "oth", "bakery rye", "Brotzeit"), 90, 0.3,
-                 "oth's baseline searchable")
+        call(
+            sock,
+            "memory.record_exchange",
+            {
+                "client_id": "vic",
+                "conversation_id": "base",
+                "user": BASELINE["vic"][0],
+                "assistant": BASELINE["vic"][1],
+            },
+        )
+        call(
+            sock,
+            "memory.record_chat",
+            {
+                "client_id": "oth",
+                "messages": [{"role": "user", "content": BASELINE["oth"][0]}],
+                "response": {"role": "assistant", "content": BASELINE["oth"][1]},
+            },
+        )
+        wait_for(
+            lambda: recall_finds(sock, "vic", "camper van parked", "Quokka-7"),
+            90,
+            0.3,
+            "vic's baseline searchable",
+        )
+        wait_for(
+            lambda: recall_finds(sock, "oth", "bakery rye", "Brotzeit"),
+            90,
+            0.3,
+            "oth's baseline searchable",
+        )
         yield memd
     finally:
         memd.stop()
 
 
 def _record(sock: Path, client: str, user: str, assistant: str) -> dict[str, Any]:
-    return call(sock, "memory.record_exchange", {"client_id": client, "conversation_id": "faults",
-                                                 "user": user, "assistant": assistant})
+    return call(
+        sock,
+        "memory.record_exchange",
+        {"client_id": client, "conversation_id": "faults", "user": user, "assistant": assistant},
+    )
 
 
 def _restarted(sock: Path, client: str, name: str, old_pid: int) -> bool:
@@ -214,13 +251,25 @@ def test_sigkilled_index_server_is_restarted_and_catches_up(piped: DaemonProcess
     sock = piped.socket
     old = child_status(sock, "vic", "index_server")
     os.kill(old["pid"], signal.SIGKILL)
-    _record(sock, "vic", "What is the gate code of the allotment?",
-            "The allotment gate code is 5150-heron.")
-    wait_for(lambda: _restarted(sock, "vic", "index_server", old["pid"]), 90, 0.2,
-             "index server restarted")
+    _record(
+        sock,
+        "vic",
+        "What is the gate code of the allotment?",
+        "The allotment gate code is 5150-heron.",
+    )
+    wait_for(
+        lambda: _restarted(sock, "vic", "index_server", old["pid"]),
+        90,
+        0.2,
+        "index server restarted",
+    )
     assert child_status(sock, "vic", "index_server")["restarts"] >= old["restarts"] + 1
-    wait_for(lambda: recall_finds(sock, "vic", "allotment gate code", "5150-heron"), 60, 0.3,
-             "exchange recorded while the index server was down becomes searchable")
+    wait_for(
+        lambda: recall_finds(sock, "vic", "allotment gate code", "5150-heron"),
+        60,
+        0.3,
+        "exchange recorded while the index server was down becomes searchable",
+    )
     assert recall_finds(sock, "vic", "camper van parked", "Quokka-7")
 
 
@@ -231,20 +280,36 @@ def test_index_server_and_watcher_killed_together_both_come_back(piped: DaemonPr
     watcher = child_status(sock, "vic", "watcher")
     os.kill(watcher["pid"], signal.SIGKILL)
     os.kill(server["pid"], signal.SIGKILL)
-    _record(sock, "vic", "Which ferry goes to the island?",
-            "The 07:40 ferry Marguerite goes to the island.")
-    wait_for(lambda: _restarted(sock, "vic", "index_server", server["pid"])
-             and _restarted(sock, "vic", "watcher", watcher["pid"]), 120, 0.2,
-             "index server and watcher restarted")
-    wait_for(lambda: recall_finds(sock, "vic", "ferry to the island", "Marguerite"), 90, 0.3,
-             "exchange recorded while both were down becomes searchable")
+    _record(
+        sock,
+        "vic",
+        "Which ferry goes to the island?",
+        "The 07:40 ferry Marguerite goes to the island.",
+    )
+    wait_for(
+        lambda: (
+            _restarted(sock, "vic", "index_server", server["pid"])
+            and _restarted(sock, "vic", "watcher", watcher["pid"])
+        ),
+        120,
+        0.2,
+        "index server and watcher restarted",
+    )
+    wait_for(
+        lambda: recall_finds(sock, "vic", "ferry to the island", "Marguerite"),
+        90,
+        0.3,
+        "exchange recorded while both were down becomes searchable",
+    )
 
 
 def _long_chat(n: int, tag: str) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": f"long chat {tag}"}]
     for i in range(n // 2):
-        messages += [{"role": "user", "content": f"{tag} question {i}"},
-                     {"role": "assistant", "content": f"{tag} answer {i}"}]
+        messages += [
+            {"role": "user", "content": f"{tag} question {i}"},
+            {"role": "assistant", "content": f"{tag} answer {i}"},
+        ]
     return [*messages, {"role": "user", "content": f"{tag} last question"}]
 
 
@@ -277,13 +342,14 @@ def _recall_or_error(sock: Path, client: str, query: str) -> RemoteError | dict[
 
 
 def _unavailable(answer: Any) -> bool:
-    return isinstance(answer, RemoteError) and \
-        (answer.code, answer.kind) == (-32006, "index_unavailable")
+    return isinstance(answer, RemoteError) and (answer.code, answer.kind) == (
+        -32006,
+        "index_unavailable",
+    )
 
 
 @pytest.mark.slow
-def test_stopped_index_server_fails_recall_fast_and_recording_goes_on(
-        piped: DaemonProcess) -> None:
+def test_stopped_index_server_fails_recall_fast_and_recording_goes_on(piped: DaemonProcess) -> None:
     """SIGSTOP vic's index server (its socket accepts, nothing answers): recall and the tool
     answer "unavailable" instead of hanging, recording goes on, and after SIGCONT what was
     recorded meanwhile becomes searchable."""
@@ -293,15 +359,27 @@ def test_stopped_index_server_fails_recall_fast_and_recording_goes_on(
     os.kill(pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(8) as pool:
-            recalls = [pool.submit(order.run, "vic-recall", _recall_or_error, sock, "vic",
-                                   "camper van") for _ in range(2)]
-            tool = pool.submit(call, sock, "memory.call_tool", {
-                "client_id": "vic", "name": "MemoryRecall",
-                "arguments": {"query": "camper van"}}, 60)
+            recalls = [
+                pool.submit(order.run, "vic-recall", _recall_or_error, sock, "vic", "camper van")
+                for _ in range(2)
+            ]
+            tool = pool.submit(
+                call,
+                sock,
+                "memory.call_tool",
+                {"client_id": "vic", "name": "MemoryRecall", "arguments": {"query": "camper van"}},
+                60,
+            )
             time.sleep(0.5)  # the searches are stuck on the stopped server
-            record = pool.submit(order.run, "record", _record, sock, "vic",
-                                 "What is the name of the neighbour's cat?",
-                                 "The neighbour's cat is called Biscotti-Moon.")
+            record = pool.submit(
+                order.run,
+                "record",
+                _record,
+                sock,
+                "vic",
+                "What is the name of the neighbour's cat?",
+                "The neighbour's cat is called Biscotti-Moon.",
+            )
             assert record.result(60)["conversation"] >= 1
             answers = [r.result(60) for r in recalls]
             tool_result = tool.result(60)
@@ -311,8 +389,12 @@ def test_stopped_index_server_fails_recall_fast_and_recording_goes_on(
     assert tool_result["isError"] is True
     assert "not available right now" in tool_result["content"][0]["text"]
     assert order.first("record") < order.first("vic-recall"), order.done
-    wait_for(lambda: recall_finds(sock, "vic", "neighbour's cat name", "Biscotti-Moon"), 90, 0.3,
-             "exchange recorded while the index server was stopped becomes searchable")
+    wait_for(
+        lambda: recall_finds(sock, "vic", "neighbour's cat name", "Biscotti-Moon"),
+        90,
+        0.3,
+        "exchange recorded while the index server was stopped becomes searchable",
+    )
 
 
 @pytest.mark.slow
@@ -326,15 +408,28 @@ def test_stopped_index_server_does_not_starve_other_clients(piped: DaemonProcess
     os.kill(pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(16) as pool:
-            recalls = [pool.submit(order.run, "vic-recall", _recall_or_error, sock, "vic",
-                                   "camper van") for _ in range(12)]
+            recalls = [
+                pool.submit(order.run, "vic-recall", _recall_or_error, sock, "vic", "camper van")
+                for _ in range(12)
+            ]
             time.sleep(0.5)  # vic's searches are stuck on the stopped server
             long_chat = _long_chat(300, "starve")
-            chat = pool.submit(order.run, "long-chat", call, sock, "memory.record_chat", {
-                "client_id": "oth", "messages": long_chat,
-                "response": {"role": "assistant", "content": "starve last answer"}}, 60)
-            other = pool.submit(order.run, "other-recall", _recall_or_error, sock, "oth",
-                                "bakery rye")
+            chat = pool.submit(
+                order.run,
+                "long-chat",
+                call,
+                sock,
+                "memory.record_chat",
+                {
+                    "client_id": "oth",
+                    "messages": long_chat,
+                    "response": {"role": "assistant", "content": "starve last answer"},
+                },
+                60,
+            )
+            other = pool.submit(
+                order.run, "other-recall", _recall_or_error, sock, "oth", "bakery rye"
+            )
             assert chat.result(60)["appended"] == len(long_chat) + 1
             other_answer = other.result(60)
             answers = [r.result(60) for r in recalls]
@@ -343,8 +438,10 @@ def test_stopped_index_server_does_not_starve_other_clients(piped: DaemonProcess
     problems = []
     if not all(_unavailable(a) for a in answers):
         problems.append(f"vic's recalls: {answers}")
-    if not (isinstance(other_answer, dict)
-            and any("Brotzeit" in r["content"] for r in other_answer["results"])):
+    if not (
+        isinstance(other_answer, dict)
+        and any("Brotzeit" in r["content"] for r in other_answer["results"])
+    ):
         problems.append(f"oth's recall failed: {other_answer!r}")
     # vic's stuck searches end last (after their ~10 s timeout); calls that needed no
     # index of vic's must not wait for them. (Recalls refused at once may end earlier.)
@@ -358,19 +455,31 @@ def test_stopped_index_server_does_not_starve_other_clients(piped: DaemonProcess
 @pytest.mark.slow
 def test_stopped_watcher_catches_up_after_sigcont(piped: DaemonProcess) -> None:
     sock = piped.socket
-    wait_for(lambda: recall_finds(sock, "vic", "camper van parked", "Quokka-7"), 60, 0.3,
-             "vic's index answers")  # an earlier test may have left it reconnecting
+    wait_for(
+        lambda: recall_finds(sock, "vic", "camper van parked", "Quokka-7"),
+        60,
+        0.3,
+        "vic's index answers",
+    )  # an earlier test may have left it reconnecting
     pid = child_status(sock, "vic", "watcher")["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
-        _record(sock, "vic", "Where is the spare bike pump?",
-                "The spare bike pump hangs behind the shed door, left of the rake.")
+        _record(
+            sock,
+            "vic",
+            "Where is the spare bike pump?",
+            "The spare bike pump hangs behind the shed door, left of the rake.",
+        )
         # The index itself is fine: recall answers (without the new exchange yet).
         assert recall_finds(sock, "vic", "camper van parked", "Quokka-7")
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: recall_finds(sock, "vic", "spare bike pump", "behind the shed door"), 90,
-             0.3, "exchange recorded while the watcher was stopped becomes searchable")
+    wait_for(
+        lambda: recall_finds(sock, "vic", "spare bike pump", "behind the shed door"),
+        90,
+        0.3,
+        "exchange recorded while the watcher was stopped becomes searchable",
+    )
     assert child_status(sock, "vic", "watcher")["pid"] == pid
 
 
@@ -388,15 +497,18 @@ def _needs_mount() -> None:
         pytest.skip(reason)
 
 
-def _flood_disk(sock: Path, tally: Tally, stop: threading.Event,
-                chat: Chat) -> list[threading.Thread]:
+def _flood_disk(
+    sock: Path, tally: Tally, stop: threading.Event, chat: Chat
+) -> list[threading.Thread]:
     """Two exchange floods and one chat on the faulty client; a call unanswered for 20 s
     counts as hung (in_flight)."""
-    threads = [threading.Thread(target=exchange_flood,
-                                args=(sock, "disk", f"conv{k}", tally, stop, 100_000, 0.002, 20))
-               for k in range(2)]
-    threads.append(threading.Thread(target=chat_flood,
-                                    args=(sock, chat, tally, stop, 100_000, 20)))
+    threads = [
+        threading.Thread(
+            target=exchange_flood, args=(sock, "disk", f"conv{k}", tally, stop, 100_000, 0.002, 20)
+        )
+        for k in range(2)
+    ]
+    threads.append(threading.Thread(target=chat_flood, args=(sock, chat, tally, stop, 100_000, 20)))
     for t in threads:
         t.start()
     return threads
@@ -426,21 +538,28 @@ def test_full_disk_refuses_records_and_recovers_when_space_returns(tmp_path: Pat
         memd = _start(tmp_path, DISK_CLIENTS)
         try:
             sock = memd.socket
-            wait_for(lambda: _all_running(sock, list(DISK_CLIENTS)), 180, 0.3,
-                     "pipelines RUNNING")
+            wait_for(lambda: _all_running(sock, list(DISK_CLIENTS)), 180, 0.3, "pipelines RUNNING")
             tally, stop, chat = Tally(), threading.Event(), Chat("disk", "chat")
             threads = _flood_disk(sock, tally, stop, chat)
             wait_for(lambda: tally.count() >= 60, 60, 0.01, "records before the disk fills")
             disk.fill()
-            wait_for(lambda: len(tally.refused.get("storage_error", [])) >= 10, 60, 0.05,
-                     "records refused with storage_error")
+            wait_for(
+                lambda: len(tally.refused.get("storage_error", [])) >= 10,
+                60,
+                0.05,
+                "records refused with storage_error",
+            )
             # Full disk: the daemon keeps serving, and other clients keep recording.
             assert call(sock, "daemon.status")["state"] == "running"
             assert _record(sock, "fine", "still recording?", "yes")["conversation"] >= 1
             acked_while_full = tally.count()
             disk.free()
-            wait_for(lambda: tally.count() >= acked_while_full + 60, 60, 0.01,
-                     "records after space returned")
+            wait_for(
+                lambda: tally.count() >= acked_while_full + 60,
+                60,
+                0.01,
+                "records after space returned",
+            )
             stop.set()
             for t in threads:
                 t.join(60)
@@ -449,17 +568,31 @@ def test_full_disk_refuses_records_and_recovers_when_space_returns(tmp_path: Pat
             # A refused chat turn is sent again: only refused exchanges must be absent.
             refused = [t for t in _refused(tally) if "/conv" in t]
             _check_disk_transcripts(sock, tally.acked, refused)
-            _record(sock, "disk", "Where do the spare fuses live?",
-                    "The spare fuses live in the biscuit tin marked Oolong.")
-            wait_for(lambda: recall_finds(sock, "disk", "spare fuses", "biscuit tin"), 90, 0.3,
-                     "the index works again once space is back")
+            _record(
+                sock,
+                "disk",
+                "Where do the spare fuses live?",
+                "The spare fuses live in the biscuit tin marked Oolong.",
+            )
+            wait_for(
+                lambda: recall_finds(sock, "disk", "spare fuses", "biscuit tin"),
+                90,
+                0.3,
+                "the index works again once space is back",
+            )
             # A restart finds the same transcripts: recovery cuts nothing acknowledged.
             memd.stop()
             memd = DaemonProcess(memd.config_path).start()
             _check_disk_transcripts(memd.socket, tally.acked, refused)
-            result = call(memd.socket, "memory.record_chat", {
-                "client_id": "disk", "messages": chat.next_call()[0],
-                "response": chat.next_call()[1]})
+            result = call(
+                memd.socket,
+                "memory.record_chat",
+                {
+                    "client_id": "disk",
+                    "messages": chat.next_call()[0],
+                    "response": chat.next_call()[1],
+                },
+            )
             assert result["match"] == "continuation"
         finally:
             memd.stop()
@@ -484,8 +617,7 @@ def test_read_only_filesystem_refuses_records_and_loses_nothing(tmp_path: Path) 
         memd = _start(tmp_path, DISK_CLIENTS)
         try:
             sock = memd.socket
-            wait_for(lambda: _all_running(sock, list(DISK_CLIENTS)), 180, 0.3,
-                     "pipelines RUNNING")
+            wait_for(lambda: _all_running(sock, list(DISK_CLIENTS)), 180, 0.3, "pipelines RUNNING")
             tally, stop, chat = Tally(), threading.Event(), Chat("disk", "chat")
             threads = _flood_disk(sock, tally, stop, chat)
             wait_for(lambda: tally.count() >= 60, 60, 0.01, "records before the error")
@@ -493,8 +625,12 @@ def test_read_only_filesystem_refuses_records_and_loses_nothing(tmp_path: Path) 
                 acked_before = list(tally.acked)
             disk.trigger_error()
             assert disk.read_only()
-            wait_for(lambda: len(tally.refused.get("storage_error", [])) >= 10
-                     or tally.in_flight, 60, 0.05, "records refused with storage_error")
+            wait_for(
+                lambda: len(tally.refused.get("storage_error", [])) >= 10 or tally.in_flight,
+                60,
+                0.05,
+                "records refused with storage_error",
+            )
             assert call(sock, "daemon.status")["state"] == "running"
             assert _record(sock, "fine", "still recording?", "yes")["conversation"] >= 1
             stop.set()
@@ -510,8 +646,12 @@ def test_read_only_filesystem_refuses_records_and_loses_nothing(tmp_path: Path) 
                     problems.append(f"memd exited with {code} on SIGTERM")
             except subprocess.TimeoutExpired:
                 problems.append("memd did not stop within 30 s of SIGTERM (it was SIGKILLed)")
-            wait_for(lambda: not processes_mentioning(tmp_path / "memory"), 10, 0.1,
-                     "no process holds the broken filesystem")
+            wait_for(
+                lambda: not processes_mentioning(tmp_path / "memory"),
+                10,
+                0.1,
+                "no process holds the broken filesystem",
+            )
             crashes = memd.log().count('"supervising child failed"')
             if crashes:
                 problems.append(f"the supervisor's tick raised {crashes} times (see memd.log)")
@@ -524,8 +664,7 @@ def test_read_only_filesystem_refuses_records_and_loses_nothing(tmp_path: Path) 
     assert not problems, "\n".join(problems)
 
 
-def test_enabling_a_client_whose_folder_is_read_only_keeps_reload_working(
-        tmp_path: Path) -> None:
+def test_enabling_a_client_whose_folder_is_read_only_keeps_reload_working(tmp_path: Path) -> None:
     """A config edit enables a client whose folder cannot be written: the daemon says so,
     keeps serving the others, and later config edits still apply."""
     _needs_mount()
@@ -535,8 +674,12 @@ def test_enabling_a_client_whose_folder_is_read_only_keeps_reload_working(
         try:
             sock = memd.socket
             path = memd.config_path
-            write_config(path, base_config(tmp_path, clients={
-                **good, "stuck": {"memory_enabled": True, "mode": "both"}}))
+            write_config(
+                path,
+                base_config(
+                    tmp_path, clients={**good, "stuck": {"memory_enabled": True, "mode": "both"}}
+                ),
+            )
 
             def stuck_refused() -> RemoteError | None:
                 try:
@@ -549,15 +692,28 @@ def test_enabling_a_client_whose_folder_is_read_only_keeps_reload_working(
             assert error.kind in ("storage_error", "not_started"), error
             assert _record(sock, "gw", "still here?", "yes")["conversation"] == 1
             # A later edit must still be applied.
-            write_config(path, base_config(tmp_path, clients={
-                **good, "stuck": {"memory_enabled": True, "mode": "both"},
-                "later": {"memory_enabled": True, "mode": "mcp_via_llm"}}))
-            wait_for(lambda: "later" in call(sock, "daemon.status")["clients"], 30, 0.2,
-                     "a later config edit applied")
+            write_config(
+                path,
+                base_config(
+                    tmp_path,
+                    clients={
+                        **good,
+                        "stuck": {"memory_enabled": True, "mode": "both"},
+                        "later": {"memory_enabled": True, "mode": "mcp_via_llm"},
+                    },
+                ),
+            )
+            wait_for(
+                lambda: "later" in call(sock, "daemon.status")["clients"],
+                30,
+                0.2,
+                "a later config edit applied",
+            )
             assert _record(sock, "later", "new client?", "yes")["conversation"] == 1
             status = call(sock, "daemon.status")
-            assert status["clients"]["stuck"] != {} or status["config_error"], \
+            assert status["clients"]["stuck"] != {} or status["config_error"], (
                 "the broken client is not reported anywhere"
+            )
         finally:
             memd.stop()
 
@@ -566,8 +722,10 @@ def test_start_with_one_client_folder_read_only_serves_the_others(tmp_path: Path
     """One client's folder is read-only when memd starts: memd starts anyway and the other
     clients get their memory."""
     _needs_mount()
-    clients = {"gw": {"memory_enabled": True, "mode": "mcp_via_llm"},
-               "stuck": {"memory_enabled": True, "mode": "both"}}
+    clients = {
+        "gw": {"memory_enabled": True, "mode": "mcp_via_llm"},
+        "stuck": {"memory_enabled": True, "mode": "both"},
+    }
     with read_only_tmpfs(tmp_path / "memory" / "stuck"):
         path = write_config(tmp_path / "config.toml", base_config(tmp_path, clients=clients))
         memd = DaemonProcess(path)
@@ -585,8 +743,10 @@ def test_start_with_one_client_folder_read_only_serves_the_others(tmp_path: Path
 
 GOOD_CLIENTS = {"gw": {"memory_enabled": True, "mode": "mcp_via_llm"}}
 # Each edit would change something visible if it were applied: gw disabled, a new client.
-CHANGED_CLIENTS = {"gw": {"memory_enabled": False, "mode": "mcp_via_llm"},
-                   "extra": {"memory_enabled": True, "mode": "both"}}
+CHANGED_CLIENTS = {
+    "gw": {"memory_enabled": False, "mode": "mcp_via_llm"},
+    "extra": {"memory_enabled": True, "mode": "both"},
+}
 
 
 def _toml(tmp: Path, **extra: Any) -> bytes:
@@ -607,7 +767,7 @@ def _client_table(client_id: str) -> Any:
 
         data = base_config(tmp, clients=GOOD_CLIENTS)
         text = tomli_w.dumps(data).encode()
-        return text + f'\n[clients.{_toml_key(client_id)}]\nmemory_enabled = true\n'.encode()
+        return text + f"\n[clients.{_toml_key(client_id)}]\nmemory_enabled = true\n".encode()
 
     return build
 
@@ -624,24 +784,44 @@ BROKEN_EDITS: list[tuple[str, Any, str]] = [
     ("half_written", _half_written, "invalid TOML"),
     ("not_utf8", lambda tmp: _toml(tmp) + b"\n# caf\xe9\n", "UTF-8"),
     ("unknown_top_key", lambda tmp: _toml(tmp, memory_enabled=True), "memory_enabled"),
-    ("unknown_client_key", lambda tmp: _toml(tmp).replace(b"memory_enabled = false",
-                                                          b"memory_enabeld = false"),
-     "memory_enabeld"),
+    (
+        "unknown_client_key",
+        lambda tmp: _toml(tmp).replace(b"memory_enabled = false", b"memory_enabeld = false"),
+        "memory_enabeld",
+    ),
     ("unknown_section_key", lambda tmp: _toml(tmp, embedding={"modle": "x"}), "modle"),
-    ("wrong_type_bool", lambda tmp: _toml(tmp).replace(b"memory_enabled = false",
-                                                       b'memory_enabled = "false"'),
-     "memory_enabled"),
-    ("wrong_type_clients", lambda tmp: _toml(tmp).split(b"[clients")[0] + b"clients = 5\n",
-     "clients"),
-    ("wrong_type_duration", lambda tmp: _toml(tmp, monitor_interval_seconds="fast"),
-     "monitor_interval_seconds"),
-    ("zero_duration", lambda tmp: _toml(tmp, session_inactivity_minutes=0),
-     "session_inactivity_minutes"),
-    ("nan_duration", lambda tmp: _toml(tmp).replace(b"[clients", b"max_session_minutes = nan\n"
-                                                     b"[clients", 1), "max_session_minutes"),
-    ("unset_env_secret",
-     lambda tmp: _toml(tmp, embedding={"provider": "openai", "api_key": "env:MEMD_FAULTS_UNSET"}),
-     "MEMD_FAULTS_UNSET"),
+    (
+        "wrong_type_bool",
+        lambda tmp: _toml(tmp).replace(b"memory_enabled = false", b'memory_enabled = "false"'),
+        "memory_enabled",
+    ),
+    (
+        "wrong_type_clients",
+        lambda tmp: _toml(tmp).split(b"[clients")[0] + b"clients = 5\n",
+        "clients",
+    ),
+    (
+        "wrong_type_duration",
+        lambda tmp: _toml(tmp, monitor_interval_seconds="fast"),
+        "monitor_interval_seconds",
+    ),
+    (
+        "zero_duration",
+        lambda tmp: _toml(tmp, session_inactivity_minutes=0),
+        "session_inactivity_minutes",
+    ),
+    (
+        "nan_duration",
+        lambda tmp: _toml(tmp).replace(b"[clients", b"max_session_minutes = nan\n[clients", 1),
+        "max_session_minutes",
+    ),
+    (
+        "unset_env_secret",
+        lambda tmp: _toml(
+            tmp, embedding={"provider": "openai", "api_key": "env:MEMD_FAULTS_UNSET"}
+        ),
+        "MEMD_FAULTS_UNSET",
+    ),
     ("bad_mode", lambda tmp: _toml(tmp).replace(b'mode = "both"', b'mode = "all"'), "mode"),
     ("empty_file", lambda tmp: b"", ""),
     ("deleted_file", None, ""),
@@ -680,18 +860,24 @@ def _apply_broken(path: Path, action: Any) -> None:
         path.write_bytes(action(path.parent))  # in place, as some editors do
 
 
-@pytest.mark.parametrize(("action", "words"), [pytest.param(a, w, id=i)
-                                               for i, a, w in BROKEN_EDITS])
+@pytest.mark.parametrize(
+    ("action", "words"), [pytest.param(a, w, id=i) for i, a, w in BROKEN_EDITS]
+)
 def test_broken_config_edit_is_reported_and_last_good_config_stays(
-        config_daemon: DaemonProcess, action: Any, words: str) -> None:
+    config_daemon: DaemonProcess, action: Any, words: str
+) -> None:
     memd, sock, path = config_daemon, config_daemon.socket, config_daemon.config_path
     tmp = path.parent
     pid = call(sock, "daemon.status")["pid"]
     before = sorted(p.name for p in tmp.iterdir() if p != path)
     try:
         _apply_broken(path, action)
-        error = wait_for(lambda: call(sock, "daemon.status")["config_error"], 30, 0.1,
-                         "the broken edit reported in daemon.status")
+        error = wait_for(
+            lambda: call(sock, "daemon.status")["config_error"],
+            30,
+            0.1,
+            "the broken edit reported in daemon.status",
+        )
         assert words in error, error
         status = call(sock, "daemon.status")
         assert status["pid"] == pid
@@ -708,15 +894,22 @@ def test_broken_config_edit_is_reported_and_last_good_config_stays(
         if path.is_dir():
             path.rmdir()
         write_config(path, base_config(tmp, clients=GOOD_CLIENTS))
-        wait_for(lambda: call(sock, "daemon.status")["config_error"] is None, 30, 0.1,
-                 "the good config accepted again")
+        wait_for(
+            lambda: call(sock, "daemon.status")["config_error"] is None,
+            30,
+            0.1,
+            "the good config accepted again",
+        )
     assert memd.proc.poll() is None
 
 
-@pytest.mark.parametrize("action", [pytest.param(lambda tmp: b"", id="empty_file"),
-                                    pytest.param(None, id="deleted_file")])
+@pytest.mark.parametrize(
+    "action",
+    [pytest.param(lambda tmp: b"", id="empty_file"), pytest.param(None, id="deleted_file")],
+)
 def test_config_on_defaults_emptied_or_deleted_keeps_last_good_config(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: Any
+) -> None:
     """A config that relies on the default memory_dir and socket (the common case): an
     emptied or deleted file must not switch every client off under the running daemon."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -731,8 +924,9 @@ def test_config_on_defaults_emptied_or_deleted_keeps_last_good_config(
         _apply_broken(path, action)
         time.sleep(3)  # longer than the config poll interval (2 s) and the watch debounce
         status = call(sock, "daemon.status")
-        assert status["clients"].get("gw", {}).get("memory_on") is True, \
+        assert status["clients"].get("gw", {}).get("memory_on") is True, (
             f"the last good config was dropped: {dump(status['clients'])}"
+        )
         assert status["config_error"], "the emptied/deleted config was not reported"
         assert _record(sock, "gw", "after", "edit")["conversation"] == 1
     finally:
@@ -747,8 +941,13 @@ INACTIVITY, MAX = 10.0, 30.0  # minutes
 
 
 def _sessions(root: Path, clock: Clock, ended: list[dict[str, Any]]) -> ClientSessions:
-    return ClientSessions(ClientLayout(root, "jumpy"), inactivity_minutes=INACTIVITY,
-                          max_minutes=MAX, clock=clock, on_end=[ended.append])
+    return ClientSessions(
+        ClientLayout(root, "jumpy"),
+        inactivity_minutes=INACTIVITY,
+        max_minutes=MAX,
+        clock=clock,
+        on_end=[ended.append],
+    )
 
 
 def _iso_minutes(m: float) -> str:
@@ -764,8 +963,11 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
             await cs.record_exchange("idle", "u2", "a2")  # A's last activity: T0+5
             clock.advance(3 * 24 * 60)  # the machine resumes three days later
             [info] = await cs.expire()
-            assert (info["session_id"], info["end_reason"], info["ended"]) == \
-                (idle["session_id"], "inactivity", _iso_minutes(5 + INACTIVITY))
+            assert (info["session_id"], info["end_reason"], info["ended"]) == (
+                idle["session_id"],
+                "inactivity",
+                _iso_minutes(5 + INACTIVITY),
+            )
             assert await cs.expire() == []
             assert [e["session_id"] for e in ended] == [idle["session_id"]]
 
@@ -783,8 +985,10 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
             assert fresh["session_id"] != busy["session_id"]
             assert await cs.expire() == []
             rows = {r["session_id"]: r for r in await cs.list_sessions()}
-            assert (rows[busy["session_id"]]["end_reason"], rows[busy["session_id"]]["ended"]) \
-                == ("max_duration", _iso_minutes(MAX))
+            assert (rows[busy["session_id"]]["end_reason"], rows[busy["session_id"]]["ended"]) == (
+                "max_duration",
+                _iso_minutes(MAX),
+            )
             assert rows[fresh["session_id"]]["started"] == _iso_minutes(25 + 24 * 60)
             assert [e["session_id"] for e in ended2] == [busy["session_id"]]
 
@@ -795,8 +999,10 @@ def test_clock_jump_forward_ends_sessions_once_at_their_deadlines(tmp_path: Path
         clock3.advance(7 * 24 * 60)
         async with _sessions(tmp_path / "down", clock3, ended3) as cs:
             [info] = await cs.expire()
-            assert (info["session_id"], info["ended"]) == (down["session_id"],
-                                                           _iso_minutes(INACTIVITY))
+            assert (info["session_id"], info["ended"]) == (
+                down["session_id"],
+                _iso_minutes(INACTIVITY),
+            )
             assert await cs.expire() == []
         assert len(ended3) == 1
 
@@ -812,8 +1018,9 @@ def test_clock_jump_backward_ends_nothing_early_and_breaks_nothing(tmp_path: Pat
             assert await cs.expire() == []
             again = await cs.record_exchange("c", "u2", "a2")
             assert again["session_id"] == first["session_id"]
-            other = await cs.record_chat([{"role": "user", "content": "hello"}],
-                                         {"role": "assistant", "content": "hi"})
+            other = await cs.record_chat(
+                [{"role": "user", "content": "hello"}], {"role": "assistant", "content": "hi"}
+            )
             assert other["session_id"] == first["session_id"]
             [active] = await cs.list_sessions()
             assert active["state"] == "active"
@@ -822,8 +1029,7 @@ def test_clock_jump_backward_ends_nothing_early_and_breaks_nothing(tmp_path: Pat
             assert await cs.expire() == []  # nothing ends early
             clock.advance(120)  # the clock is past the deadline again
             [info] = await cs.expire()
-            assert (info["end_reason"], info["ended"]) == ("inactivity",
-                                                           _iso_minutes(INACTIVITY))
+            assert (info["end_reason"], info["ended"]) == ("inactivity", _iso_minutes(INACTIVITY))
             assert await cs.expire() == []
             users = user_texts([Path(first["path"])])
             assert users == ["u1", "u2", "hello"]

@@ -25,13 +25,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from memd.api import build_registry
-from memd.client import MemdClient
-from memd.transcript import SESSION_ID_RE
+from memd.api.methods import build_registry
+from memd.cli.client import MemdClient
+from memd.markdown.transcript import SESSION_ID_RE
 from tests.support.daemon import DaemonProcess, base_config, write_config
 
-FUZZ = settings(max_examples=60, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 CLIENTS = {
     "gw": {"memory_enabled": True, "mode": "both"},
@@ -41,10 +45,31 @@ CLIENTS = {
 }
 ESCAPE = "fzesc"  # every path-trick id names this, so an escape is easy to find on disk
 TRICK_IDS = [
-    f"../{ESCAPE}", f"../../{ESCAPE}", f"../../../../../../tmp/{ESCAPE}", f"/tmp/{ESCAPE}",
-    f"/{ESCAPE}", f"gw/../{ESCAPE}", f"gw/../../{ESCAPE}", f"gw/{ESCAPE}", f"gw\\..\\{ESCAPE}",
-    f"..\\{ESCAPE}", ".", "..", "", " ", "gw ", " gw", "GW", "gw\n", "gw\x00", f"\x00{ESCAPE}",
-    f"gw\x00/../{ESCAPE}", "~", f"~/{ESCAPE}", f"$HOME/{ESCAPE}", f"%2e%2e%2f{ESCAPE}",
+    f"../{ESCAPE}",
+    f"../../{ESCAPE}",
+    f"../../../../../../tmp/{ESCAPE}",
+    f"/tmp/{ESCAPE}",
+    f"/{ESCAPE}",
+    f"gw/../{ESCAPE}",
+    f"gw/../../{ESCAPE}",
+    f"gw/{ESCAPE}",
+    f"gw\\..\\{ESCAPE}",
+    f"..\\{ESCAPE}",
+    ".",
+    "..",
+    "",
+    " ",
+    "gw ",
+    " gw",
+    "GW",
+    "gw\n",
+    "gw\x00",
+    f"\x00{ESCAPE}",
+    f"gw\x00/../{ESCAPE}",
+    "~",
+    f"~/{ESCAPE}",
+    f"$HOME/{ESCAPE}",
+    f"%2e%2e%2f{ESCAPE}",
     f"gw\u2215..\u2215{ESCAPE}",  # division slash
     f"\uff0e\uff0e\uff0f{ESCAPE}",  # fullwidth ../
     "\uff47\uff57",  # fullwidth "gw"
@@ -53,9 +78,15 @@ TRICK_IDS = [
     "gw\u0338",  # combining overlay
     "\u202egw",  # right-to-left override
     "gw\ud800",  # lone surrogate
-    ESCAPE * 20, "g" * 64, "g" * 65, "g" * 4096, "a" * 100_000,
-    "2026-11-30T02-41-07Z-3f9a", f"2026-11-30T02-41-07Z-3f9a/../../{ESCAPE}",
-    "2026-11-30T02-41-07Z-3f9a.md", "2026-11-30T02-41-07Z-3f9a-summary",
+    ESCAPE * 20,
+    "g" * 64,
+    "g" * 65,
+    "g" * 4096,
+    "a" * 100_000,
+    "2026-11-30T02-41-07Z-3f9a",
+    f"2026-11-30T02-41-07Z-3f9a/../../{ESCAPE}",
+    "2026-11-30T02-41-07Z-3f9a.md",
+    "2026-11-30T02-41-07Z-3f9a-summary",
 ]
 
 
@@ -63,10 +94,20 @@ TRICK_IDS = [
 
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
 huge_text = st.sampled_from([50_000, 1_000_000]).map(lambda n: "huge " * (n // 5))
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-                    st.floats(allow_nan=False, allow_infinity=False), any_text)
-json_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)), max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    any_text,
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +124,9 @@ class Deep:
         return '{"k":' * self.depth + '"deep"' + "}" * self.depth
 
 
-deep = st.builds(Deep, st.sampled_from([50, 500, 990, 5_000, 50_000]),
-                 st.sampled_from(["list", "dict"]))
+deep = st.builds(
+    Deep, st.sampled_from([50, 500, 990, 5_000, 50_000]), st.sampled_from(["list", "dict"])
+)
 junk = st.one_of(json_values, deep, huge_text)
 
 
@@ -92,21 +134,59 @@ ids = st.one_of(st.sampled_from(TRICK_IDS), any_text)
 good_clients = st.sampled_from(["gw", "gw", "agent", "agent", "off", "router", "nobody"])
 words = st.text(st.characters(categories=["L", "N", "Zs", "P", "S"]), min_size=1, max_size=60)
 texts = st.one_of(words, words, words, any_text, huge_text)
-timestamps = st.sampled_from(["2026-11-30T02:41:07Z", "2026-11-30", "1999-01-01T00:00",
-                              "9999-12-31T23:59:59+14:00", "0001-01-01T00:00:00-14:00",
-                              "yesterday", "", "0" * 70, "2026-13-45T99:99"])
-times = st.sampled_from(["2d", "30m", "1.5h", "2d ago", "1w", "2026-11-01",
-                         "2026-11-01T14:00:00Z", "soon", "", "-5d", "1e308h", "0m",
-                         "9999999999999999999d", "0001-01-01", "9999-12-31T23:59:59Z"])
-parts = st.lists(st.one_of(
-    st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
-    st.fixed_dictionaries({"type": st.just("image_url"),
-                           "image_url": st.fixed_dictionaries({"url": words})})),
-    min_size=1, max_size=3)
+timestamps = st.sampled_from(
+    [
+        "2026-11-30T02:41:07Z",
+        "2026-11-30",
+        "1999-01-01T00:00",
+        "9999-12-31T23:59:59+14:00",
+        "0001-01-01T00:00:00-14:00",
+        "yesterday",
+        "",
+        "0" * 70,
+        "2026-13-45T99:99",
+    ]
+)
+times = st.sampled_from(
+    [
+        "2d",
+        "30m",
+        "1.5h",
+        "2d ago",
+        "1w",
+        "2026-11-01",
+        "2026-11-01T14:00:00Z",
+        "soon",
+        "",
+        "-5d",
+        "1e308h",
+        "0m",
+        "9999999999999999999d",
+        "0001-01-01",
+        "9999-12-31T23:59:59Z",
+    ]
+)
+parts = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+        st.fixed_dictionaries(
+            {"type": st.just("image_url"), "image_url": st.fixed_dictionaries({"url": words})}
+        ),
+    ),
+    min_size=1,
+    max_size=3,
+)
 contents = st.one_of(texts, texts, parts)
-tool_calls = st.lists(st.fixed_dictionaries({
-    "id": words, "type": st.just("function"),
-    "function": st.fixed_dictionaries({"name": words, "arguments": words})}), max_size=2)
+tool_calls = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": words,
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": words, "arguments": words}),
+        }
+    ),
+    max_size=2,
+)
 
 
 @st.composite
@@ -114,16 +194,18 @@ def chats(draw: st.DrawFn) -> list[dict[str, Any]]:
     """A plausible OpenAI request: optional system prompt, turns, tool results, a user last."""
     messages: list[dict[str, Any]] = []
     if draw(st.booleans()):
-        messages.append({"role": draw(st.sampled_from(["system", "developer"])),
-                         "content": draw(contents)})
+        messages.append(
+            {"role": draw(st.sampled_from(["system", "developer"])), "content": draw(contents)}
+        )
     for _ in range(draw(st.integers(0, 3))):
         messages.append({"role": "user", "content": draw(contents)})
         reply: dict[str, Any] = {"role": "assistant", "content": draw(contents)}
         messages.append(reply)
         if draw(st.booleans()):
             reply["tool_calls"] = draw(tool_calls)
-            messages.append({"role": "tool", "tool_call_id": draw(words),
-                             "content": draw(contents)})
+            messages.append(
+                {"role": "tool", "tool_call_id": draw(words), "content": draw(contents)}
+            )
     user = {"role": "user", "content": draw(contents)}
     if draw(st.booleans()):
         user["name"] = draw(words)
@@ -131,11 +213,17 @@ def chats(draw: st.DrawFn) -> list[dict[str, Any]]:
     return messages
 
 
-responses = st.fixed_dictionaries({"role": st.just("assistant"), "content": contents},
-                                  optional={"tool_calls": tool_calls})
-recall_args = st.fixed_dictionaries({"query": texts}, optional={
-    "top_k": st.one_of(st.integers(1, 20), st.just("5"), st.just(5.0)),
-    "after": times, "before": times})
+responses = st.fixed_dictionaries(
+    {"role": st.just("assistant"), "content": contents}, optional={"tool_calls": tool_calls}
+)
+recall_args = st.fixed_dictionaries(
+    {"query": texts},
+    optional={
+        "top_k": st.one_of(st.integers(1, 20), st.just("5"), st.just(5.0)),
+        "after": times,
+        "before": times,
+    },
+)
 
 Fields = dict[str, st.SearchStrategy[Any]]
 # method -> (required params, optional params) with plausible values; a mutation then
@@ -145,25 +233,54 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
     "clients.list": ({}, {}),
     "clients.reset": ({"client_id": good_clients}, {}),
     "memory.record_exchange": (
-        {"client_id": good_clients, "conversation_id": st.one_of(words, ids),
-         "user": texts, "assistant": texts},
-        {"timestamp": timestamps,
-         "exchange_id": st.one_of(st.sampled_from(["e1", "e2"]), words, ids)}),
-    "memory.record_chat": ({"client_id": good_clients, "messages": chats(),
-                            "response": responses}, {"timestamp": timestamps}),
+        {
+            "client_id": good_clients,
+            "conversation_id": st.one_of(words, ids),
+            "user": texts,
+            "assistant": texts,
+        },
+        {
+            "timestamp": timestamps,
+            "exchange_id": st.one_of(st.sampled_from(["e1", "e2"]), words, ids),
+        },
+    ),
+    "memory.record_chat": (
+        {"client_id": good_clients, "messages": chats(), "response": responses},
+        {"timestamp": timestamps},
+    ),
     "sessions.list": ({"client_id": good_clients}, {}),
     "sessions.close": ({"client_id": good_clients}, {}),
     "sessions.recompact": ({"client_id": good_clients}, {"session_id": ids}),
-    "memory.recall": ({"client_id": good_clients, "query": texts}, {
-        "top_k": st.one_of(st.integers(-5, 10**12), st.just("5"), st.just(5.0)),
-        "after": times, "before": times}),
+    "memory.recall": (
+        {"client_id": good_clients, "query": texts},
+        {
+            "top_k": st.one_of(st.integers(-5, 10**12), st.just("5"), st.just(5.0)),
+            "after": times,
+            "before": times,
+        },
+    ),
     "memory.tools": ({"client_id": good_clients}, {}),
-    "memory.call_tool": ({"client_id": good_clients, "name": st.sampled_from(
-        ["MemoryRecall", "MemoryRecall", "memoryrecall", ""]), "arguments": recall_args}, {}),
+    "memory.call_tool": (
+        {
+            "client_id": good_clients,
+            "name": st.sampled_from(["MemoryRecall", "MemoryRecall", "memoryrecall", ""]),
+            "arguments": recall_args,
+        },
+        {},
+    ),
 }
 ID_PARAMS = ("client_id", "conversation_id", "session_id", "exchange_id")
-MUTATIONS = ["as_is", "as_is", "as_is", "junk", "junk", "trick_id", "drop", "extra",
-             "not_an_object"]
+MUTATIONS = [
+    "as_is",
+    "as_is",
+    "as_is",
+    "junk",
+    "junk",
+    "trick_id",
+    "drop",
+    "extra",
+    "not_an_object",
+]
 
 
 @st.composite
@@ -221,10 +338,15 @@ class Fuzzed:
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     tmp = tmp_path_factory.mktemp("fuzz-methods")
-    path = write_config(tmp / "config.toml", base_config(
-        tmp, clients=CLIENTS,
-        # a forced recompaction must not reach out of the machine: nothing listens on :9
-        compaction={"base_url": "http://127.0.0.1:9/v1", "api_key": "none"}))
+    path = write_config(
+        tmp / "config.toml",
+        base_config(
+            tmp,
+            clients=CLIENTS,
+            # a forced recompaction must not reach out of the machine: nothing listens on :9
+            compaction={"base_url": "http://127.0.0.1:9/v1", "api_key": "none"},
+        ),
+    )
     proc = DaemonProcess(path, env={"XDG_RUNTIME_DIR": str(tmp / "xdg")}).start()
     try:
         yield Fuzzed(proc, tmp)
@@ -289,31 +411,58 @@ def test_params(fuzzed: Fuzzed, method: str, data: st.DataObject) -> None:
     event("result" if "result" in response else f"error {response['error']['code']}")
 
 
-INVALID_UTF8 = [b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80",
-                b"\xf4\x90\x80\x80", b"\x80", b"caf\xe9", b"\xf0\x9f\x98"]
+INVALID_UTF8 = [
+    b"\xff",
+    b"\xfe\xff",
+    b"\xc0\xaf",
+    b"\xe0\x80\xaf",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x80",
+    b"caf\xe9",
+    b"\xf0\x9f\x98",
+]
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 @FUZZ
-@given(bad=st.sampled_from(INVALID_UTF8), field=st.sampled_from(["client_id", "user", "query",
-                                                                 "method", "id"]))
+@given(
+    bad=st.sampled_from(INVALID_UTF8),
+    field=st.sampled_from(["client_id", "user", "query", "method", "id"]),
+)
 def test_invalid_utf8_on_the_socket(fuzzed: Fuzzed, method: str, bad: bytes, field: str) -> None:
     """Raw bytes that are not UTF-8, inside a string of an otherwise good request."""
     request_id = next(fuzzed.ids)
     params = {"client_id": "gw", "user": "u", "query": "q"}
-    line = json.dumps({"jsonrpc": "2.0", "id": str(request_id), "method": method,
-                       "params": params}).encode()
-    target = {"client_id": b'"gw"', "user": b'"u"', "query": b'"q"',
-              "method": f'"{method}"'.encode(), "id": f'"{request_id}"'.encode()}[field]
+    line = json.dumps(
+        {"jsonrpc": "2.0", "id": str(request_id), "method": method, "params": params}
+    ).encode()
+    target = {
+        "client_id": b'"gw"',
+        "user": b'"u"',
+        "query": b'"q"',
+        "method": f'"{method}"'.encode(),
+        "id": f'"{request_id}"'.encode(),
+    }[field]
     line = line.replace(target, target[:-1] + bad + b'"', 1)
     response = check_response(fuzzed.send(line), None)
     assert response["error"]["code"] == -32700
 
 
 def test_line_over_the_limit_is_refused_and_the_daemon_goes_on(fuzzed: Fuzzed) -> None:
-    big = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "memory.record_exchange",
-                      "params": {"client_id": "agent", "conversation_id": "big", "user": "x",
-                                 "assistant": "y" * (8 * 1024 * 1024)}}).encode()
+    big = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "memory.record_exchange",
+            "params": {
+                "client_id": "agent",
+                "conversation_id": "big",
+                "user": "x",
+                "assistant": "y" * (8 * 1024 * 1024),
+            },
+        }
+    ).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
         raw.settimeout(60)
         raw.connect(str(fuzzed.proc.socket))
@@ -326,30 +475,55 @@ def test_line_over_the_limit_is_refused_and_the_daemon_goes_on(fuzzed: Fuzzed) -
 
 def test_zz_daemon_survived_and_wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> None:
     """Runs last in this file: the same daemon still serves, and the disk is clean."""
-    status = fuzzed.send(json.dumps({"jsonrpc": "2.0", "id": 1,
-                                     "method": "daemon.status"}).encode())
+    status = fuzzed.send(
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "daemon.status"}).encode()
+    )
     assert status["result"]["pid"] == fuzzed.pid
     assert fuzzed.proc.proc is not None and fuzzed.proc.proc.poll() is None
-    ok = fuzzed.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "memory.record_exchange",
-                                 "params": {"client_id": "agent", "conversation_id": "final",
-                                            "user": "still here?", "assistant": "yes"}}).encode())
+    ok = fuzzed.send(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "memory.record_exchange",
+                "params": {
+                    "client_id": "agent",
+                    "conversation_id": "final",
+                    "user": "still here?",
+                    "assistant": "yes",
+                },
+            }
+        ).encode()
+    )
     assert ok["result"]["conversation"] >= 1
     # Nothing new outside memory_dir inside the test folder ...
-    assert fuzzed.tree_outside_memory() <= fuzzed.outside | {"run", "run/memd.sock",
-                                                            "run/memd.sock.lock"}
+    assert fuzzed.tree_outside_memory() <= fuzzed.outside | {
+        "run",
+        "run/memd.sock",
+        "run/memd.sock.lock",
+    }
     # ... nor anywhere a path trick could have led.
     places = [fuzzed.tmp, *fuzzed.tmp.parents, Path("/tmp"), Path.home()]
-    escaped = [str(p / name) for p in places if p.is_dir()
-               for name in os.listdir(p) if ESCAPE in name]
+    escaped = [
+        str(p / name) for p in places if p.is_dir() for name in os.listdir(p) if ESCAPE in name
+    ]
     assert not escaped, escaped
     # Inside memory_dir: only enabled clients' folders, only memd's own names.
-    enabled = {c for c, cfg in CLIENTS.items()
-               if cfg.get("memory_enabled") and cfg["mode"] in ("both", "mcp_via_llm")}
+    enabled = {
+        c
+        for c, cfg in CLIENTS.items()
+        if cfg.get("memory_enabled") and cfg["mode"] in ("both", "mcp_via_llm")
+    }
     assert {p.name for p in fuzzed.memory.iterdir()} <= enabled
     for client in enabled:
         root = fuzzed.memory / client
-        assert {p.name for p in root.iterdir()} <= {"sessions", "archive", ".memsearch",
-                                                     ".memsearch.toml", ".memd"}
+        assert {p.name for p in root.iterdir()} <= {
+            "sessions",
+            "archive",
+            ".memsearch",
+            ".memsearch.toml",
+            ".memd",
+        }
         for path in (root / "sessions").rglob("*"):
             stem = re.sub(r"-summary$", "", path.stem)
             assert path.suffix == ".md" and SESSION_ID_RE.match(stem), path

@@ -35,8 +35,9 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_trim_gives_freed_fragmented_memory_back() -> None:
-    out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120, check=True
+    )
     figures = json.loads(out.stdout)
     assert figures["kept"] == 8 * 400
     assert figures["released"] is True
@@ -45,9 +46,13 @@ def test_trim_gives_freed_fragmented_memory_back() -> None:
 
 
 def test_limiting_arenas_is_accepted() -> None:
-    out = subprocess.run([sys.executable, "-c", "from memd import heap; "
-                          "print(heap.limit_arenas(2))"],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from memd import heap; print(heap.limit_arenas(2))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == "True"
 
 
@@ -76,6 +81,11 @@ THRESHOLD_PROGRAM = textwrap.dedent("""
 
 @pytest.mark.parametrize(("mode", "mapped"), [("tuned", True), ("glibc default", False)])
 def test_large_blocks_stay_mapped_after_a_larger_one_is_freed(mode: str, mapped: bool) -> None:
-    out = subprocess.run([sys.executable, "-c", THRESHOLD_PROGRAM, mode.split()[0]],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", THRESHOLD_PROGRAM, mode.split()[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert (json.loads(out.stdout)["mapped"] >= 1 << 20) is mapped, out.stdout

@@ -1,4 +1,4 @@
-"""The per-client index server: a real `python -m memd.index_server` on a Unix socket.
+"""The per-client index server: a real `python -m memd.indexing.index_server` on a Unix socket.
 
 The process helpers here (Child, wait_for, start_index_server, stopping_children,
 short_dir) are shared with test_indexing.py and test_search.py.
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from memd import embedding
-from memd.index_server import index_ready
+from memd.indexing import embedding
+from memd.indexing.index_server import index_ready
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
@@ -38,13 +38,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
 class Child:
     """A test-started process in its own group; stop() is SIGINT, wait, SIGKILL, wait."""
 
-    def __init__(self, argv: list[str] | tuple[str, ...], log_path: Path,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str] | tuple[str, ...],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.log_path = log_path
         with open(log_path, "ab") as fh:
-            self.proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                         stdout=fh, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -103,22 +114,37 @@ def children() -> Iterator[list[Child]]:
     yield from stopping_children()
 
 
-def start_index_server(children: list[Child], data_dir: Path, sock: Path,
-                       log_path: Path) -> Child:
-    argv = [sys.executable, "-m", "memd.index_server", "--data-dir", str(data_dir),
-            "--socket", str(sock)]
+def start_index_server(children: list[Child], data_dir: Path, sock: Path, log_path: Path) -> Child:
+    argv = [
+        sys.executable,
+        "-m",
+        "memd.indexing.index_server",
+        "--data-dir",
+        str(data_dir),
+        "--socket",
+        str(sock),
+    ]
     child = Child(argv, log_path)
     children.append(child)
-    wait_for(lambda: "index_server_ready" in child.output() or child.proc.poll() is not None,
-             what="index server start")
+    wait_for(
+        lambda: "index_server_ready" in child.output() or child.proc.poll() is not None,
+        what="index server start",
+    )
     assert child.proc.poll() is None, child.output()
     return child
 
 
 def _row(i: int, text: str) -> dict[str, Any]:
-    return {"chunk_hash": f"h{i:04d}", "embedding": embedding.embed_one(text), "content": text,
-            "source": "/x/a.md", "heading": f"h{i}", "heading_level": 2,
-            "start_line": i, "end_line": i}
+    return {
+        "chunk_hash": f"h{i:04d}",
+        "embedding": embedding.embed_one(text),
+        "content": text,
+        "source": "/x/a.md",
+        "heading": f"h{i}",
+        "heading_level": 2,
+        "start_line": i,
+        "end_line": i,
+    }
 
 
 @pytest.fixture
@@ -126,8 +152,9 @@ def short_tmp() -> Iterator[Path]:
     yield from short_dir()
 
 
-def test_serves_a_private_socket_and_flushes_every_write(tmp_path: Path, short_tmp: Path,
-                                                         children: list[Child]) -> None:
+def test_serves_a_private_socket_and_flushes_every_write(
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
     from memsearch.store import MilvusStore
 
     data, sock = tmp_path / "milvus", short_tmp / "index.sock"
@@ -149,9 +176,9 @@ def test_serves_a_private_socket_and_flushes_every_write(tmp_path: Path, short_t
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_closes_the_database_and_removes_the_socket(tmp_path: Path, short_tmp: Path,
-                                                           children: list[Child],
-                                                           sig: int) -> None:
+def test_signal_closes_the_database_and_removes_the_socket(
+    tmp_path: Path, short_tmp: Path, children: list[Child], sig: int
+) -> None:
     from milvus_lite.db import MilvusLite
 
     data, sock = tmp_path / "milvus", short_tmp / "index.sock"
@@ -163,19 +190,31 @@ def test_signal_closes_the_database_and_removes_the_socket(tmp_path: Path, short
 
 
 def test_a_second_server_on_the_same_database_fails_without_touching_the_socket(
-        tmp_path: Path, short_tmp: Path, children: list[Child]) -> None:
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
     data, sock = tmp_path / "milvus", short_tmp / "index.sock"
     start_index_server(children, data, sock, tmp_path / "a.log")
-    second = Child([sys.executable, "-m", "memd.index_server", "--data-dir", str(data),
-                    "--socket", str(sock)], tmp_path / "b.log")
+    second = Child(
+        [
+            sys.executable,
+            "-m",
+            "memd.indexing.index_server",
+            "--data-dir",
+            str(data),
+            "--socket",
+            str(sock),
+        ],
+        tmp_path / "b.log",
+    )
     children.append(second)
     assert second.wait() == 1
     assert "index_server_failed" in second.output()
     assert index_ready(sock)
 
 
-def test_a_stale_socket_is_not_ready_and_gets_replaced(tmp_path: Path, short_tmp: Path,
-                                                       children: list[Child]) -> None:
+def test_a_stale_socket_is_not_ready_and_gets_replaced(
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
     sock = short_tmp / "index.sock"
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(sock))
@@ -185,8 +224,9 @@ def test_a_stale_socket_is_not_ready_and_gets_replaced(tmp_path: Path, short_tmp
     assert index_ready(sock)
 
 
-def test_rows_survive_kill_9_even_mid_index_write(tmp_path: Path, short_tmp: Path,
-                                                  children: list[Child]) -> None:
+def test_rows_survive_kill_9_even_mid_index_write(
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
     """Milvus Lite writes index sidecars in place; a kill during one leaves a truncated
     file that would make every later load fail. Simulate that and restart."""
     from memsearch.store import MilvusStore

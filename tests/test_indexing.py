@@ -1,6 +1,6 @@
 """Per-client indexing: generated settings, command lines, rebuilds, and the real pipeline.
 
-End-to-end tests run the real thing: `python -m memd.index_server` on a Unix socket, an
+End-to-end tests run the real thing: `python -m memd.indexing.index_server` on a Unix socket, an
 unmodified `memsearch watch` subprocess, memd's embedding endpoint, and pymilvus reads.
 The only stand-in is a "remote" OpenAI-compatible embedding API (a real HTTP server on
 127.0.0.1) for the model-change test.
@@ -25,13 +25,14 @@ from typing import Any
 
 import pytest
 
-from memd import embedding, indexing
+from memd import indexing
 from memd.config import Config, EmbeddingConfig, MilvusConfig
-from memd.embed_server import EmbeddingServer, Endpoint
-from memd.index_server import index_ready
-from memd.indexing import IndexSettings
+from memd.indexing import embedding
+from memd.indexing.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.index_server import index_ready
+from memd.indexing.search import IndexSearcher
+from memd.indexing.settings import IndexSettings
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.search import IndexSearcher
 from tests.test_index_server import Child, stopping_children, wait_for
 
 ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
@@ -45,7 +46,9 @@ def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / ".memsearch" / "config.toml").write_text(
         '[milvus]\ntoken = "users-own-token"\ncollection = "users_collection"\n'
         '[embedding]\nprovider = "google"\nbatch_size = 1\n'
-        '[chunking]\nmax_chunk_size = 40\n[llm]\nmodel = "users-llm"\n', encoding="utf-8")
+        '[chunking]\nmax_chunk_size = 40\n[llm]\nmodel = "users-llm"\n',
+        encoding="utf-8",
+    )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("HF_HOME", raising=False)
@@ -78,8 +81,9 @@ def test_memsearch_toml_sets_every_trusted_key_and_nothing_else(tmp_path: Path) 
     from memsearch.config import _PROJECT_CONFIG_ALLOWED_PATHS, _filter_project_config
 
     layout = ClientLayout(tmp_path / "memory", "alice")
-    doc = indexing.memsearch_toml(make_config(tmp_path), layout,
-                                  IndexSettings(debounce_ms=250, max_chunk_size=900))
+    doc = indexing.memsearch_toml(
+        make_config(tmp_path), layout, IndexSettings(debounce_ms=250, max_chunk_size=900)
+    )
     assert _filter_project_config(doc) == doc  # memsearch would not drop any of it
     keys = {(section, key) for section, table in doc.items() for key in table}
     assert keys == _PROJECT_CONFIG_ALLOWED_PATHS
@@ -93,11 +97,15 @@ def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path)
     layout = ClientLayout(config.memory_dir, "alice")
     cmd = indexing.watcher_command(config, layout, ENDPOINT)
     argv = list(cmd.argv)
-    assert argv[:5] == [sys.executable, "-m", "memd.memsearch_watch", "watch", str(layout.sessions)]
+    assert argv[:5] == [sys.executable, "-m", "memd.indexing.watch", "watch", str(layout.sessions)]
     opts = dict(zip(argv[5::2], argv[6::2], strict=True))
-    assert opts == {"--provider": "openai", "--model": embedding.MODEL_NAME,
-                    "--base-url": ENDPOINT.base_url, "--collection": "memd_alice",
-                    "--milvus-uri": f"unix:{indexing.index_socket_path(layout)}"}
+    assert opts == {
+        "--provider": "openai",
+        "--model": embedding.MODEL_NAME,
+        "--base-url": ENDPOINT.base_url,
+        "--collection": "memd_alice",
+        "--milvus-uri": f"unix:{indexing.index_socket_path(layout)}",
+    }
     assert ENDPOINT.api_key not in " ".join(argv)
     assert cmd.cwd == layout.root  # memsearch reads .memsearch.toml from the cwd
     env = cmd.env
@@ -114,22 +122,38 @@ def test_index_server_command_serves_the_client_database(tmp_path: Path) -> None
     layout = ClientLayout(config.memory_dir, "alice")
     cmd = indexing.index_server_command(config, layout)
     assert cmd is not None
-    assert list(cmd.argv) == [sys.executable, "-m", "memd.index_server",
-                              "--data-dir", str(layout.memsearch_dir / "milvus"),
-                              "--socket", str(indexing.index_socket_path(layout))]
+    assert list(cmd.argv) == [
+        sys.executable,
+        "-m",
+        "memd.indexing.index_server",
+        "--data-dir",
+        str(layout.memsearch_dir / "milvus"),
+        "--socket",
+        str(indexing.index_socket_path(layout)),
+    ]
 
 
 def test_other_providers_stay_configurable(tmp_path: Path) -> None:
     layout = ClientLayout(tmp_path / "memory", "alice")
-    remote = make_config(tmp_path, embedding=EmbeddingConfig(
-        provider="openai", model="text-embedding-3-large", base_url="https://llm.example/v1",
-        api_key="sk-memd"))
+    remote = make_config(
+        tmp_path,
+        embedding=EmbeddingConfig(
+            provider="openai",
+            model="text-embedding-3-large",
+            base_url="https://llm.example/v1",
+            api_key="sk-memd",
+        ),
+    )
     cmd = indexing.watcher_command(remote, layout)
     assert "--base-url" in cmd.argv and "https://llm.example/v1" in cmd.argv
     assert cmd.env["OPENAI_API_KEY"] == "sk-memd" and "sk-memd" not in cmd.argv
 
-    ollama = make_config(tmp_path, embedding=EmbeddingConfig(
-        provider="ollama", model="nomic-embed-text", base_url="http://127.0.0.1:11434"))
+    ollama = make_config(
+        tmp_path,
+        embedding=EmbeddingConfig(
+            provider="ollama", model="nomic-embed-text", base_url="http://127.0.0.1:11434"
+        ),
+    )
     cmd = indexing.watcher_command(ollama, layout)
     assert cmd.argv[cmd.argv.index("--provider") + 1] == "ollama"
     assert "--base-url" not in cmd.argv  # memsearch passes base_url to openai only
@@ -150,8 +174,9 @@ def test_other_providers_stay_configurable(tmp_path: Path) -> None:
 
 
 def test_scale_out_runs_no_index_server_and_passes_the_token_by_env(tmp_path: Path) -> None:
-    config = make_config(tmp_path, milvus=MilvusConfig(uri="https://milvus.example:19530",
-                                                       token="root:secret"))
+    config = make_config(
+        tmp_path, milvus=MilvusConfig(uri="https://milvus.example:19530", token="root:secret")
+    )
     layout = ClientLayout(config.memory_dir, "a-b")
     assert indexing.index_server_command(config, layout) is None
     target = indexing.index_target(config, layout)
@@ -163,8 +188,9 @@ def test_scale_out_runs_no_index_server_and_passes_the_token_by_env(tmp_path: Pa
     assert cmd.env["MEMD_MILVUS_TOKEN"] == "root:secret"
 
 
-def test_deep_memory_dirs_get_a_short_private_socket(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deep_memory_dirs_get_a_short_private_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     deep = ClientLayout(tmp_path / ("d" * 60) / ("e" * 60), "alice")
     sock = indexing.index_socket_path(deep)
@@ -182,9 +208,14 @@ def test_the_users_memsearch_config_does_not_reach_the_watcher(tmp_path: Path) -
     indexing.ensure_dirs(layout)
     write_memsearch_toml(layout, indexing.memsearch_toml(config, layout))
     cmd = indexing.watcher_command(config, layout, ENDPOINT)
-    probe = subprocess.run([sys.executable, "-m", "memsearch", "config", "list", "--json-output"],
-                           env=dict(cmd.env), cwd=cmd.cwd, capture_output=True, text=True,
-                           check=True)
+    probe = subprocess.run(
+        [sys.executable, "-m", "memsearch", "config", "list", "--json-output"],
+        env=dict(cmd.env),
+        cwd=cmd.cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     resolved = json.loads(probe.stdout)
     assert resolved["milvus"]["token"] == ""
     assert resolved["milvus"]["collection"] == "memd_alice"  # from the generated file
@@ -195,7 +226,8 @@ def test_the_users_memsearch_config_does_not_reach_the_watcher(tmp_path: Path) -
 
 def test_dimension_mismatch_is_recognised() -> None:
     assert indexing.is_dimension_mismatch(
-        "ValueError: Embedding dimension mismatch: collection 'c' has dim=256 but ...")
+        "ValueError: Embedding dimension mismatch: collection 'c' has dim=256 but ..."
+    )
     assert not indexing.is_dimension_mismatch("Watching 1 path(s) for changes...")
 
 
@@ -211,11 +243,16 @@ def test_needs_rebuild_follows_the_embedding_settings(tmp_path: Path) -> None:
     assert not indexing.needs_rebuild(layout, spec)  # fresh client, nothing indexed
     indexing.write_spec(layout, spec)
     assert not indexing.needs_rebuild(layout, spec)
-    changed = indexing.index_spec(make_config(tmp_path, embedding=EmbeddingConfig(
-        provider="openai", model="text-embedding-3-small")), layout)
+    changed = indexing.index_spec(
+        make_config(
+            tmp_path, embedding=EmbeddingConfig(provider="openai", model="text-embedding-3-small")
+        ),
+        layout,
+    )
     assert indexing.needs_rebuild(layout, changed)
-    scaled = indexing.index_spec(make_config(tmp_path, milvus=MilvusConfig(uri="http://h:1")),
-                                 layout)
+    scaled = indexing.index_spec(
+        make_config(tmp_path, milvus=MilvusConfig(uri="http://h:1")), layout
+    )
     assert indexing.needs_rebuild(layout, scaled)
 
 
@@ -301,15 +338,22 @@ def index_rows(target: indexing.IndexTarget, fields: tuple[str, ...]) -> list[di
         if not client.has_collection(target.collection):
             return []
         client.load_collection(target.collection)
-        return client.query(target.collection, filter='chunk_hash != ""',
-                            output_fields=["chunk_hash", *fields])
+        return client.query(
+            target.collection, filter='chunk_hash != ""', output_fields=["chunk_hash", *fields]
+        )
     finally:
         client.close()
 
 
-def start_client(children: list[Child], config: Config, client_id: str,
-                 endpoint: Endpoint | None, settings: IndexSettings | None = None,
-                 prepare: bool = True, server: bool = True) -> RunningClient:
+def start_client(
+    children: list[Child],
+    config: Config,
+    client_id: str,
+    endpoint: Endpoint | None,
+    settings: IndexSettings | None = None,
+    prepare: bool = True,
+    server: bool = True,
+) -> RunningClient:
     """What the supervisor does for one client, with plain subprocesses."""
     settings = settings or IndexSettings()
     layout = ClientLayout(config.memory_dir, client_id)
@@ -320,8 +364,9 @@ def start_client(children: list[Child], config: Config, client_id: str,
     index_child = None
     server_cmd = indexing.index_server_command(config, layout) if server else None
     if server_cmd is not None:
-        index_child = Child(server_cmd.argv, layout.logs_dir / "index.log", dict(server_cmd.env),
-                            server_cmd.cwd)
+        index_child = Child(
+            server_cmd.argv, layout.logs_dir / "index.log", dict(server_cmd.env), server_cmd.cwd
+        )
         children.append(index_child)
         sock = indexing.index_socket_path(layout)
         wait_for(lambda: index_ready(sock), what="index server")
@@ -329,8 +374,9 @@ def start_client(children: list[Child], config: Config, client_id: str,
     return RunningClient(config, layout, watcher, index_child)
 
 
-def start_watcher(children: list[Child], config: Config, layout: ClientLayout,
-                  endpoint: Endpoint | None) -> Child:
+def start_watcher(
+    children: list[Child], config: Config, layout: ClientLayout, endpoint: Endpoint | None
+) -> Child:
     cmd = indexing.watcher_command(config, layout, endpoint)
     watcher = Child(cmd.argv, layout.logs_dir / "watcher.log", dict(cmd.env), cmd.cwd)
     children.append(watcher)
@@ -339,21 +385,28 @@ def start_watcher(children: list[Child], config: Config, layout: ClientLayout,
 
 def wait_watching(client: RunningClient) -> None:
     """Until the watcher's inotify watch exists: its "Watching" line comes too early."""
-    wait_for(lambda: indexing.watcher_ready(client.watcher.pid, client.layout.sessions)
-             or client.watcher.proc.poll() is not None, what="watcher start")
+    wait_for(
+        lambda: (
+            indexing.watcher_ready(client.watcher.pid, client.layout.sessions)
+            or client.watcher.proc.poll() is not None
+        ),
+        what="watcher start",
+    )
     assert client.watcher.proc.poll() is None, client.watcher.output()
 
 
-EXCHANGE = ("# Conversation 1 (2026-11-30 09:00:00 UTC)\n\n"
-            "## 2026-11-30 09:00:01 UTC · exchange 1\n\n"
-            "**User:** Which port does the staging database listen on?\n\n"
-            "**Assistant:** The staging Postgres listens on port 6543 behind pgbouncer.\n")
+EXCHANGE = (
+    "# Conversation 1 (2026-11-30 09:00:00 UTC)\n\n"
+    "## 2026-11-30 09:00:01 UTC · exchange 1\n\n"
+    "**User:** Which port does the staging database listen on?\n\n"
+    "**Assistant:** The staging Postgres listens on port 6543 behind pgbouncer.\n"
+)
 
 
 @pytest.mark.slow
 def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
-        tmp_path: Path, children: list[Child], endpoint: Endpoint,
-        recorder: RecordingEmbedder) -> None:
+    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingEmbedder
+) -> None:
     config = make_config(tmp_path)
     client = start_client(children, config, "alice", endpoint)
     wait_watching(client)
@@ -361,8 +414,10 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
     session.write_text(EXCHANGE, encoding="utf-8")
     searcher = client.searcher()
     try:
-        hits = wait_for(lambda: searcher.search("staging database port", top_k=3),
-                        what="the exchange to be searchable")
+        hits = wait_for(
+            lambda: searcher.search("staging database port", top_k=3),
+            what="the exchange to be searchable",
+        )
         assert "6543" in hits[0].content
         assert hits[0].source == str(session.resolve())
         assert recorder.batches, "the watcher did not embed through memd's endpoint"
@@ -388,19 +443,23 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
 
 
 @pytest.mark.slow
-def test_generated_settings_take_effect(tmp_path: Path, children: list[Child],
-                                        endpoint: Endpoint, recorder: RecordingEmbedder) -> None:
+def test_generated_settings_take_effect(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingEmbedder
+) -> None:
     """Chunk size, batch size and debounce from the generated .memsearch.toml are what the
     watcher uses (memsearch's defaults are 1500 chars, the provider's batch, 1500 ms)."""
     config = make_config(tmp_path)
     settings = IndexSettings(debounce_ms=4000, max_chunk_size=300, batch_size=2)
     layout = ClientLayout(config.memory_dir, "alice")
     indexing.ensure_dirs(layout)
-    long_answer = "\n\n".join(f"Paragraph {i}: " + "the deployment uses blue green. " * 6
-                              for i in range(5))
+    long_answer = "\n\n".join(
+        f"Paragraph {i}: " + "the deployment uses blue green. " * 6 for i in range(5)
+    )
     (layout.sessions / "long.md").write_text(
         "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** explain the deployment\n\n"
-        f"**Assistant:** {long_answer}\n", encoding="utf-8")
+        f"**Assistant:** {long_answer}\n",
+        encoding="utf-8",
+    )
     client = start_client(children, config, "alice", endpoint, settings)
     wait_watching(client)
     rows = client.rows()
@@ -415,11 +474,16 @@ def test_generated_settings_take_effect(tmp_path: Path, children: list[Child],
         with notes.open("a", encoding="utf-8") as fh:
             fh.write(f"## 2026-11-30 10:00:0{i} UTC · exchange {i + 1}\n\n**User:** note {i}\n\n")
         time.sleep(2.0)
-    wait_for(lambda: "from " + str(notes.resolve()) in client.watcher.output(),
-             what="the notes to be indexed")
+    wait_for(
+        lambda: "from " + str(notes.resolve()) in client.watcher.output(),
+        what="the notes to be indexed",
+    )
     time.sleep(1.0)
-    events = [ln for ln in client.watcher.output().splitlines()
-              if ln.startswith("Indexed") and ln.endswith(str(notes.resolve()))]
+    events = [
+        ln
+        for ln in client.watcher.output().splitlines()
+        if ln.startswith("Indexed") and ln.endswith(str(notes.resolve()))
+    ]
     assert len(events) == 1, events
 
 
@@ -441,9 +505,11 @@ def _bag_of_words(dim: int):
 
 @pytest.mark.slow
 def test_model_change_rebuilds_the_index_instead_of_crash_looping(
-        tmp_path: Path, children: list[Child], endpoint: Endpoint) -> None:
-    remote = EmbeddingServer(embedder=_bag_of_words(64), model="remote-embed-64",
-                             api_key="sk-remote")
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
+    remote = EmbeddingServer(
+        embedder=_bag_of_words(64), model="remote-embed-64", api_key="sk-remote"
+    )
     remote_ep = remote.start()
     try:
         old = make_config(tmp_path)
@@ -452,9 +518,15 @@ def test_model_change_rebuilds_the_index_instead_of_crash_looping(
         wait_for(lambda: client.rows(("embedding",)), what="first indexing")
         assert len(client.rows(("embedding",))[0]["embedding"]) == 256
 
-        new = make_config(tmp_path, embedding=EmbeddingConfig(
-            provider="openai", model="remote-embed-64", base_url=remote_ep.base_url,
-            api_key="sk-remote"))
+        new = make_config(
+            tmp_path,
+            embedding=EmbeddingConfig(
+                provider="openai",
+                model="remote-embed-64",
+                base_url=remote_ep.base_url,
+                api_key="sk-remote",
+            ),
+        )
         layout = client.layout
         assert indexing.needs_rebuild(layout, indexing.index_spec(new, layout))
 
@@ -488,13 +560,26 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_scale_out_gives_each_client_its_own_collection(tmp_path: Path, children: list[Child],
-                                                       endpoint: Endpoint) -> None:
+def test_scale_out_gives_each_client_its_own_collection(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
     """A Milvus Lite gRPC server on TCP stands in for a remote Milvus."""
     port = _free_port()
-    milvus = Child([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
-                    str(tmp_path / "remote-milvus"), "--host", "127.0.0.1", "--port", str(port)],
-                   tmp_path / "milvus.log")
+    milvus = Child(
+        [
+            sys.executable,
+            "-m",
+            "milvus_lite",
+            "server",
+            "--data-dir",
+            str(tmp_path / "remote-milvus"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        tmp_path / "milvus.log",
+    )
     children.append(milvus)
 
     def listening() -> bool:
@@ -509,13 +594,16 @@ def test_scale_out_gives_each_client_its_own_collection(tmp_path: Path, children
     (alice.layout.sessions / "a.md").write_text(EXCHANGE, encoding="utf-8")
     (bob.layout.sessions / "b.md").write_text(
         "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** favourite fruit?\n\n"
-        "**Assistant:** Bob likes mangoes.\n", encoding="utf-8")
+        "**Assistant:** Bob likes mangoes.\n",
+        encoding="utf-8",
+    )
     searchers = [alice.searcher(), bob.searcher()]
     try:
         wait_for(lambda: searchers[0].search("staging database"), what="alice's index")
         wait_for(lambda: searchers[1].search("mangoes"), what="bob's index")
-        assert {r["source"] for r in alice.rows()} == {str((alice.layout.sessions / "a.md")
-                                                           .resolve())}
+        assert {r["source"] for r in alice.rows()} == {
+            str((alice.layout.sessions / "a.md").resolve())
+        }
         assert all("mango" not in h.content for h in searchers[0].search("mangoes fruit"))
         assert all("6543" not in h.content for h in searchers[1].search("staging database"))
     finally:
@@ -530,7 +618,8 @@ def test_scale_out_gives_each_client_its_own_collection(tmp_path: Path, children
 
 @pytest.mark.slow
 def test_watcher_keeps_indexing_across_an_index_server_restart(
-        tmp_path: Path, children: list[Child], endpoint: Endpoint) -> None:
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
     """The supervisor may restart an index server alone; the running watcher must go on."""
     config = make_config(tmp_path)
     client = start_client(children, config, "alice", endpoint)
@@ -546,8 +635,11 @@ def test_watcher_keeps_indexing_across_an_index_server_restart(
     children.append(restarted)
     wait_for(lambda: index_ready(indexing.index_socket_path(client.layout)), what="restart")
     with session.open("a", encoding="utf-8") as fh:
-        fh.write("## 2026-11-30 09:05:00 UTC · exchange 2\n\n**User:** and production?\n\n"
-                 "**Assistant:** Production uses port 5432.\n")
+        fh.write(
+            "## 2026-11-30 09:05:00 UTC · exchange 2\n\n**User:** and production?\n\n"
+            "**Assistant:** Production uses port 5432.\n"
+        )
+
     # Judge by the watcher's own report: reading the index here would load the collection
     # and hide the bug this test is about (a restarted Milvus Lite opens it "released").
     def reacted() -> bool:
@@ -561,8 +653,9 @@ def test_watcher_keeps_indexing_across_an_index_server_restart(
 
 
 @pytest.mark.slow
-def test_watcher_ready_means_the_watch_is_in_place(tmp_path: Path, children: list[Child],
-                                                   endpoint: Endpoint) -> None:
+def test_watcher_ready_means_the_watch_is_in_place(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
     config = make_config(tmp_path)
     layout = ClientLayout(config.memory_dir, "alice")
     indexing.ensure_dirs(layout)
@@ -577,8 +670,9 @@ def test_watcher_ready_means_the_watch_is_in_place(tmp_path: Path, children: lis
 
 
 @pytest.mark.slow
-def test_catch_up_indexes_like_the_watcher(tmp_path: Path, children: list[Child],
-                                           endpoint: Endpoint) -> None:
+def test_catch_up_indexes_like_the_watcher(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
     """What catch_up stores is exactly what the watcher would: the watcher then finds
     nothing to add (same chunk ids, same model name, same chunking)."""
     config = make_config(tmp_path)

@@ -14,8 +14,14 @@ from memd.layout import GENERATED_MARK, ClientLayout, LayoutError, write_memsear
 def test_ensure_creates_private_folders(tmp_path: Path) -> None:
     layout = ClientLayout(tmp_path / "mem", "gw")
     layout.ensure()
-    for path in (layout.sessions, layout.archive, layout.memsearch_dir, layout.state_dir,
-                 layout.logs_dir, layout.tmp_dir):
+    for path in (
+        layout.sessions,
+        layout.archive,
+        layout.memsearch_dir,
+        layout.state_dir,
+        layout.logs_dir,
+        layout.tmp_dir,
+    ):
         assert path.is_dir()
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     assert layout.sessions == tmp_path / "mem" / "gw" / "sessions"

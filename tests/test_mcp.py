@@ -34,10 +34,14 @@ async def mcp_session(config: Path, client_id: str) -> AsyncIterator[ClientSessi
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "memd.cli", "mcp", "--client", client_id, "--config", str(config)],
-        env={**os.environ, "HOME": str(config.parent / "home")}, cwd=REPO)
+        env={**os.environ, "HOME": str(config.parent / "home")},
+        cwd=REPO,
+    )
     with open(config.parent / f"mcp-{client_id}.log", "a") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             yield session
 
 
@@ -62,14 +66,21 @@ async def poll(fn: Callable[[], Any], done: Callable[[Any], bool], what: str) ->
         await anyio.sleep(0.3)
 
 
-def test_list_and_call_the_recall_tool(config_file: Callable[..., Path],
-                                       daemon_factory: Callable[..., DaemonProcess]) -> None:
+def test_list_and_call_the_recall_tool(
+    config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
     config = config_file(clients={"alice": {"memory_enabled": True, "mode": "mcp_via_llm"}})
     daemon = daemon_factory(config)
-    daemon.call("memory.record_exchange", {
-        "client_id": "alice", "conversation_id": "c1",
-        "user": "Which bus goes to the zoo? 🦒", "assistant": "Bus 42 goes to the zoo.",
-        "timestamp": "2026-11-05T09:00:00Z"})
+    daemon.call(
+        "memory.record_exchange",
+        {
+            "client_id": "alice",
+            "conversation_id": "c1",
+            "user": "Which bus goes to the zoo? 🦒",
+            "assistant": "Bus 42 goes to the zoo.",
+            "timestamp": "2026-11-05T09:00:00Z",
+        },
+    )
 
     async def scenario() -> None:
         async with mcp_session(config, "alice") as session:
@@ -84,15 +95,20 @@ def test_list_and_call_the_recall_tool(config_file: Callable[..., Path],
             assert set(schema["properties"]) == {"query", "top_k", "after", "before"}
 
             async def ask() -> Any:
-                return await session.call_tool("MemoryRecall", {"query": "bus to the zoo",
-                                                                "top_k": 1})
+                return await session.call_tool(
+                    "MemoryRecall", {"query": "bus to the zoo", "top_k": 1}
+                )
 
-            found = await poll(ask, lambda r: not r.is_error and "Bus 42" in text_of(r),
-                               "the exchange to be indexed")
+            found = await poll(
+                ask,
+                lambda r: not r.is_error and "Bus 42" in text_of(r),
+                "the exchange to be indexed",
+            )
             assert text_of(found).startswith("Found 1 memory")
             assert "🦒" in text_of(found) and str(config.parent) not in text_of(found)
             filtered = await session.call_tool(
-                "MemoryRecall", {"query": "zoo", "after": "2026-11-05T09:00:01Z"})
+                "MemoryRecall", {"query": "zoo", "after": "2026-11-05T09:00:01Z"}
+            )
             assert not filtered.is_error
             assert text_of(filtered) == "No relevant memories found."
             bad = await session.call_tool("MemoryRecall", {"query": "zoo", "before": "soon"})
@@ -103,11 +119,16 @@ def test_list_and_call_the_recall_tool(config_file: Callable[..., Path],
     run(scenario)
 
 
-def test_disabled_client_gets_no_tool(config_file: Callable[..., Path],
-                                      daemon_factory: Callable[..., DaemonProcess]) -> None:
-    config = config_file(clients={"alice": {"memory_enabled": True},
-                                  "bob": {"memory_enabled": False},
-                                  "carol": {"memory_enabled": True, "mode": "llm_only"}})
+def test_disabled_client_gets_no_tool(
+    config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    config = config_file(
+        clients={
+            "alice": {"memory_enabled": True},
+            "bob": {"memory_enabled": False},
+            "carol": {"memory_enabled": True, "mode": "llm_only"},
+        }
+    )
     daemon_factory(config)
 
     async def scenario() -> None:
@@ -122,9 +143,9 @@ def test_disabled_client_gets_no_tool(config_file: Callable[..., Path],
     run(scenario)
 
 
-def test_tool_rename_shows_after_config_reload(tmp_path: Path,
-                                               daemon_factory: Callable[..., DaemonProcess]
-                                               ) -> None:
+def test_tool_rename_shows_after_config_reload(
+    tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]
+) -> None:
     data = base_config(tmp_path, clients={"alice": {"memory_enabled": True}})
     config = write_config(tmp_path / "config.toml", data)
     daemon = daemon_factory(config)
@@ -141,8 +162,10 @@ def test_tool_rename_shows_after_config_reload(tmp_path: Path,
             write_config(config, {**data, "recall_tool_name": "Remember", "search_top_k": 3})
 
             async def names() -> Any:
-                return [(t.name, t.input_schema["properties"]["top_k"]["default"])
-                        for t in (await session.list_tools()).tools]
+                return [
+                    (t.name, t.input_schema["properties"]["top_k"]["default"])
+                    for t in (await session.list_tools()).tools
+                ]
 
             await poll(names, lambda n: n == [("Remember", 3)], "the rename to apply")
             old = await session.call_tool("MemoryRecall", {"query": "q"})

@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from memd.client import RemoteError
+from memd.cli.client import RemoteError
 from tests.support.daemon import DaemonProcess, base_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -38,8 +38,9 @@ def child(memd: DaemonProcess, client: str, name: str) -> dict[str, Any]:
 
 
 def running(memd: DaemonProcess, client: str) -> bool:
-    return all(child(memd, client, n).get("state") == "RUNNING"
-               for n in ("index_server", "watcher"))
+    return all(
+        child(memd, client, n).get("state") == "RUNNING" for n in ("index_server", "watcher")
+    )
 
 
 def our_processes(tmp: Path) -> list[psutil.Process]:
@@ -55,8 +56,10 @@ def our_processes(tmp: Path) -> list[psutil.Process]:
 
 
 def record(memd: DaemonProcess, client: str, user: str, assistant: str) -> dict[str, Any]:
-    return memd.call("memory.record_exchange", {
-        "client_id": client, "conversation_id": "c1", "user": user, "assistant": assistant})
+    return memd.call(
+        "memory.record_exchange",
+        {"client_id": client, "conversation_id": "c1", "user": user, "assistant": assistant},
+    )
 
 
 def found(memd: DaemonProcess, client: str, query: str, needle: str) -> bool:
@@ -74,16 +77,25 @@ def test_killed_watcher_comes_back_and_catches_up(config_file, daemon_factory) -
     wait_for(lambda: found(memd, "alpha", "train to Lyon", "8:14 TGV"))
     first = child(memd, "alpha", "watcher")
     os.kill(first["pid"], signal.SIGKILL)
-    record(memd, "alpha", "What is the wifi password at the cabin?",
-           "The cabin wifi password is moose-lantern-42.")
-    wait_for(lambda: child(memd, "alpha", "watcher").get("pid") not in (None, first["pid"])
-             and child(memd, "alpha", "watcher").get("state") == "RUNNING")
+    record(
+        memd,
+        "alpha",
+        "What is the wifi password at the cabin?",
+        "The cabin wifi password is moose-lantern-42.",
+    )
+    wait_for(
+        lambda: (
+            child(memd, "alpha", "watcher").get("pid") not in (None, first["pid"])
+            and child(memd, "alpha", "watcher").get("state") == "RUNNING"
+        )
+    )
     assert child(memd, "alpha", "watcher")["restarts"] >= 1
     wait_for(lambda: found(memd, "alpha", "cabin wifi password", "moose-lantern-42"))
 
 
-def test_crash_looping_client_goes_fatal_others_keep_working(config_file, daemon_factory,
-                                                             tmp_path) -> None:
+def test_crash_looping_client_goes_fatal_others_keep_working(
+    config_file, daemon_factory, tmp_path
+) -> None:
     from memd import indexing
     from memd.config import load_config
     from memd.layout import ClientLayout
@@ -121,27 +133,32 @@ def test_disabling_a_client_stops_its_processes(config_file, daemon_factory, tmp
     wait_for(lambda: running(memd, "alpha") and running(memd, "beta"))
     pids = [child(memd, "beta", n)["pid"] for n in ("index_server", "watcher")]
     write_config(path, base_config(tmp_path, clients={"alpha": CLIENTS["alpha"]}))
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                             for p in pids), timeout=30)
+    wait_for(
+        lambda: (
+            not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+        ),
+        timeout=30,
+    )
     assert running(memd, "alpha")
     write_config(path, base_config(tmp_path, clients=CLIENTS))
     wait_for(lambda: running(memd, "beta"))
 
 
-def test_sigterm_stops_everything_and_leaves_nothing(config_file, daemon_factory,
-                                                     tmp_path) -> None:
+def test_sigterm_stops_everything_and_leaves_nothing(config_file, daemon_factory, tmp_path) -> None:
     memd = daemon_factory(config_file(clients=CLIENTS))
     wait_for(lambda: running(memd, "alpha") and running(memd, "beta"))
     assert len(our_processes(tmp_path)) >= 4
     started = time.monotonic()
     assert memd.stop(signal.SIGTERM, timeout=15) == 0
     assert time.monotonic() - started < 10
-    assert wait_for(lambda: not our_processes(tmp_path) or None, timeout=5) is None or \
-        not our_processes(tmp_path)
+    assert wait_for(
+        lambda: not our_processes(tmp_path) or None, timeout=5
+    ) is None or not our_processes(tmp_path)
 
 
-def test_restart_after_kill9_leaves_one_watcher_per_client(config_file, daemon_factory,
-                                                           tmp_path) -> None:
+def test_restart_after_kill9_leaves_one_watcher_per_client(
+    config_file, daemon_factory, tmp_path
+) -> None:
     path = config_file(clients=CLIENTS)
     memd = daemon_factory(path)
     wait_for(lambda: running(memd, "alpha") and running(memd, "beta"))
@@ -150,8 +167,12 @@ def test_restart_after_kill9_leaves_one_watcher_per_client(config_file, daemon_f
     again = daemon_factory(path)
     wait_for(lambda: running(again, "alpha") and running(again, "beta"))
     time.sleep(2)  # let any straggler show itself
-    watchers = [p for p in our_processes(tmp_path)
-                if "watch" in " ".join(p.cmdline()) and "memsearch" in " ".join(p.cmdline())]
-    per_client = sorted(next(c for c in CLIENTS if f"/{c}/sessions" in " ".join(p.cmdline()))
-                        for p in watchers)
+    watchers = [
+        p
+        for p in our_processes(tmp_path)
+        if "watch" in " ".join(p.cmdline()) and "memsearch" in " ".join(p.cmdline())
+    ]
+    per_client = sorted(
+        next(c for c in CLIENTS if f"/{c}/sessions" in " ".join(p.cmdline())) for p in watchers
+    )
     assert per_client == ["alpha", "beta"]

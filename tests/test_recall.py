@@ -2,7 +2,7 @@
 
 Unit tests build `Hit`s and transcripts by hand; the integration tests record with
 `ClientSessions` (the real recording code), index with a real index server and
-`memsearch watch` (tests/support/index.py) and recall through `memd.recall`. The JSON-RPC
+`memsearch watch` (tests/support/index.py) and recall through `memd.recall.service`. The JSON-RPC
 methods and `memd recall` are tested against a real daemon in tests/test_recall_daemon.py.
 """
 
@@ -21,13 +21,13 @@ import jsonschema
 import pytest
 
 from memd import recall as rc
-from memd.compaction import render_summary
 from memd.config import EmbeddingConfig
-from memd.embed_server import EmbeddingServer
-from memd.indexing import IndexTarget
+from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.search import Hit, IndexSearcher, IndexUnavailableError
+from memd.indexing.settings import IndexTarget
 from memd.layout import ClientLayout
-from memd.search import Hit, IndexSearcher, IndexUnavailableError
-from memd.sessions import ClientSessions
+from memd.markdown.summary import render_summary
+from memd.sessions.tracker import ClientSessions
 from tests.support.index import ClientIndex, client_config
 from tests.support.samples import ALICE, BOB
 
@@ -37,26 +37,43 @@ NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 # -- arguments --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2026-11-01", datetime(2026, 11, 1, tzinfo=UTC)),
-    ("2026-11-01T14:00", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
-    ("2026-11-01 14:00:30", datetime(2026, 11, 1, 14, 0, 30, tzinfo=UTC)),
-    ("2026-11-01T14:00:00Z", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
-    ("2026-11-01T14:00+02:00", datetime(2026, 11, 1, 12, 0, tzinfo=UTC)),
-    ("  2026-11-01T14:00:00-05:30 ", datetime(2026, 11, 1, 19, 30, tzinfo=UTC)),
-    ("30m", NOW - timedelta(minutes=30)),
-    ("6h", NOW - timedelta(hours=6)),
-    ("2d", NOW - timedelta(days=2)),
-    ("1w", NOW - timedelta(weeks=1)),
-    ("1.5h", NOW - timedelta(minutes=90)),
-    ("2D ago", NOW - timedelta(days=2)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-01", datetime(2026, 11, 1, tzinfo=UTC)),
+        ("2026-11-01T14:00", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
+        ("2026-11-01 14:00:30", datetime(2026, 11, 1, 14, 0, 30, tzinfo=UTC)),
+        ("2026-11-01T14:00:00Z", datetime(2026, 11, 1, 14, 0, tzinfo=UTC)),
+        ("2026-11-01T14:00+02:00", datetime(2026, 11, 1, 12, 0, tzinfo=UTC)),
+        ("  2026-11-01T14:00:00-05:30 ", datetime(2026, 11, 1, 19, 30, tzinfo=UTC)),
+        ("30m", NOW - timedelta(minutes=30)),
+        ("6h", NOW - timedelta(hours=6)),
+        ("2d", NOW - timedelta(days=2)),
+        ("1w", NOW - timedelta(weeks=1)),
+        ("1.5h", NOW - timedelta(minutes=90)),
+        ("2D ago", NOW - timedelta(days=2)),
+    ],
+)
 def test_parse_time_accepts_iso_and_relative_forms(text: str, expected: datetime) -> None:
     assert rc.parse_time(text, "after", NOW) == expected
 
 
-@pytest.mark.parametrize("value", ["yesterday", "5x", "2026-13-01", "30 minutes", "-2d",
-                                   "", "   ", 5, None, ["2d"], "9" * 30 + "w"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "yesterday",
+        "5x",
+        "2026-13-01",
+        "30 minutes",
+        "-2d",
+        "",
+        "   ",
+        5,
+        None,
+        ["2d"],
+        "9" * 30 + "w",
+    ],
+)
 def test_parse_time_rejects_with_the_accepted_forms(value: Any) -> None:
     with pytest.raises(rc.RecallArgumentError) as err:
         rc.parse_time(value, "before", NOW)
@@ -78,22 +95,26 @@ def test_parse_arguments_defaults_and_forgiven_top_k() -> None:
     assert both.after == NOW - timedelta(days=2) and both.before == NOW - timedelta(hours=1)
 
 
-@pytest.mark.parametrize(("arguments", "param", "fragment"), [
-    ({}, "query", "non-empty"),
-    ({"query": "   "}, "query", "non-empty"),
-    ({"query": 42}, "query", "non-empty"),
-    ({"query": "x" * (rc.MAX_QUERY_CHARS + 1)}, "query", "under"),
-    ({"query": "q", "top_k": 0}, "top_k", "1 to 20"),
-    ({"query": "q", "top_k": 21}, "top_k", "1 to 20"),
-    ({"query": "q", "top_k": True}, "top_k", "integer"),
-    ({"query": "q", "top_k": 2.5}, "top_k", "integer"),
-    ({"query": "q", "top_k": "five"}, "top_k", "integer"),
-    ({"query": "q", "after": "1d", "before": "2d"}, "after", "earlier than"),
-    ({"query": "q", "after": "2026-11-02", "before": "2026-11-02"}, "after", "earlier than"),
-    ({"query": "q", "topk": 3}, "topk", "accepted: query, top_k, after, before"),
-])
-def test_parse_arguments_errors_name_the_argument(arguments: dict[str, Any], param: str,
-                                                  fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "param", "fragment"),
+    [
+        ({}, "query", "non-empty"),
+        ({"query": "   "}, "query", "non-empty"),
+        ({"query": 42}, "query", "non-empty"),
+        ({"query": "x" * (rc.MAX_QUERY_CHARS + 1)}, "query", "under"),
+        ({"query": "q", "top_k": 0}, "top_k", "1 to 20"),
+        ({"query": "q", "top_k": 21}, "top_k", "1 to 20"),
+        ({"query": "q", "top_k": True}, "top_k", "integer"),
+        ({"query": "q", "top_k": 2.5}, "top_k", "integer"),
+        ({"query": "q", "top_k": "five"}, "top_k", "integer"),
+        ({"query": "q", "after": "1d", "before": "2d"}, "after", "earlier than"),
+        ({"query": "q", "after": "2026-11-02", "before": "2026-11-02"}, "after", "earlier than"),
+        ({"query": "q", "topk": 3}, "topk", "accepted: query, top_k, after, before"),
+    ],
+)
+def test_parse_arguments_errors_name_the_argument(
+    arguments: dict[str, Any], param: str, fragment: str
+) -> None:
     with pytest.raises(rc.RecallArgumentError) as err:
         rc.parse_arguments(arguments, 5, NOW)
     assert err.value.param == param
@@ -132,13 +153,29 @@ def test_tool_definition_is_valid_json_schema_and_matches_the_parser() -> None:
 SESSION = "2026-11-30T02-41-07Z-3f9a"
 
 
-def _hit(source: Path | str, start: int, end: int, heading: str = "", level: int = 2,
-         content: str = "", score: float = 0.9, chunk: str = "c0ffee") -> Hit:
-    from memd.search import exchange_time
+def _hit(
+    source: Path | str,
+    start: int,
+    end: int,
+    heading: str = "",
+    level: int = 2,
+    content: str = "",
+    score: float = 0.9,
+    chunk: str = "c0ffee",
+) -> Hit:
+    from memd.indexing.search import exchange_time
 
-    return Hit(chunk_hash=chunk, source=str(source), heading=heading, heading_level=level,
-               content=content, score=score, start_line=start, end_line=end,
-               when=exchange_time(heading))
+    return Hit(
+        chunk_hash=chunk,
+        source=str(source),
+        heading=heading,
+        heading_level=level,
+        content=content,
+        score=score,
+        start_line=start,
+        end_line=end,
+        when=exchange_time(heading),
+    )
 
 
 async def _record(layout: ClientLayout, *exchanges: tuple[str, str, str, str]) -> Path:
@@ -157,8 +194,9 @@ def _lines_of(path: Path, heading: str) -> int:
     `heading` is the heading up to the exchange number; the conversation title follows.
     """
     lines = path.read_text(encoding="utf-8").split("\n")
-    return next(i for i, line in enumerate(lines, 1)
-                if line == heading or line.startswith(heading + " — "))
+    return next(
+        i for i, line in enumerate(lines, 1) if line == heading or line.startswith(heading + " — ")
+    )
 
 
 @pytest.fixture
@@ -169,12 +207,14 @@ def layout(tmp_path: Path) -> ClientLayout:
 
 
 def test_transcript_label_names_session_conversation_and_time(layout: ClientLayout) -> None:
-    path = asyncio.run(_record(
-        layout,
-        ("a", "first question", "first answer", "2026-11-01T10:00:00Z"),
-        ("b", "second conversation", "its answer", "2026-11-02T11:00:00Z"),
-        ("b", "more in it", "more answer", "2026-11-02T11:05:00Z"),
-    ))
+    path = asyncio.run(
+        _record(
+            layout,
+            ("a", "first question", "first answer", "2026-11-01T10:00:00Z"),
+            ("b", "second conversation", "its answer", "2026-11-02T11:00:00Z"),
+            ("b", "more in it", "more answer", "2026-11-02T11:05:00Z"),
+        )
+    )
     heading = "## 2026-11-02 11:05:00 UTC · exchange 2"
     line = _lines_of(path, heading)
     hit = _hit(path, line, line + 4, heading[3:])
@@ -183,31 +223,41 @@ def test_transcript_label_names_session_conversation_and_time(layout: ClientLayo
     assert (src.kind, src.session_id, src.conversation) == ("transcript", path.stem, 2)
     assert src.when == "2026-11-02 11:05:00 UTC"
     assert src.path == f"sessions/{path.name}"
-    assert src.label == (f"transcript · session {path.stem} · conversation 2 · "
-                         "2026-11-02 11:05:00 UTC")
+    assert src.label == (
+        f"transcript · session {path.stem} · conversation 2 · 2026-11-02 11:05:00 UTC"
+    )
     assert memory.content.startswith(heading)
     assert "**User:** more in it" in memory.content
     assert "**User:** second conversation" not in memory.content
 
 
-def test_summary_and_other_files_are_labelled_without_absolute_paths(
-        layout: ClientLayout) -> None:
+def test_summary_and_other_files_are_labelled_without_absolute_paths(layout: ClientLayout) -> None:
     start, end = datetime(2026, 11, 1, 9, tzinfo=UTC), datetime(2026, 11, 1, 12, tzinfo=UTC)
-    text = render_summary("alice", SESSION, "## Garden\n\nWe planned the greenhouse.",
-                          start=start, end=end, compacted_at=end.timestamp(), provider="openai",
-                          model="m", parts=1, source_sha256="0" * 64)
+    text = render_summary(
+        "alice",
+        SESSION,
+        "## Garden\n\nWe planned the greenhouse.",
+        start=start,
+        end=end,
+        compacted_at=end.timestamp(),
+        provider="openai",
+        model="m",
+        parts=1,
+        source_sha256="0" * 64,
+    )
     summary = layout.summary_file(SESSION)
     summary.write_text(text, encoding="utf-8")
     heading = next(line for line in text.split("\n") if "· summary · Garden" in line)
     line = _lines_of(summary, heading)
     level = len(heading) - len(heading.lstrip("#"))
-    hit = _hit(summary, line, line + 2, heading[level + 1:], level=level)
+    hit = _hit(summary, line, line + 2, heading[level + 1 :], level=level)
     [memory] = rc.collect([hit], layout, 5)
     assert "We planned the greenhouse." in memory.content
     assert memory.source.kind == "summary"
     assert memory.source.session_id == SESSION
-    assert memory.source.label == (f"summary · session {SESSION} · 2026-11-01 09:00:00 UTC – "
-                                   "2026-11-01 12:00:00 UTC")
+    assert memory.source.label == (
+        f"summary · session {SESSION} · 2026-11-01 09:00:00 UTC – 2026-11-01 12:00:00 UTC"
+    )
     notes = layout.sessions / "sub" / "notes.md"
     notes.parent.mkdir()
     notes.write_text("# Notes\n\nbring the seeds\n", encoding="utf-8")
@@ -217,8 +267,9 @@ def test_summary_and_other_files_are_labelled_without_absolute_paths(
     assert str(layout.root) not in repr(rendered) and str(layout.memory_dir) not in repr(rendered)
 
 
-def test_expand_refuses_sources_outside_the_clients_sessions(tmp_path: Path,
-                                                             layout: ClientLayout) -> None:
+def test_expand_refuses_sources_outside_the_clients_sessions(
+    tmp_path: Path, layout: ClientLayout
+) -> None:
     bob = ClientLayout(layout.memory_dir, "bob")
     bob.ensure()
     secret = ("x", "bob's secret is tangerine", "noted", NOW.isoformat())
@@ -233,8 +284,13 @@ def test_expand_refuses_sources_outside_the_clients_sessions(tmp_path: Path,
     link.symlink_to(outside)
     crafted = [
         _hit(bob_file, line, line + 4, heading[3:], content="bob's secret is tangerine"),
-        _hit(layout.sessions / ".." / ".." / "bob" / "sessions" / bob_file.name, line, line + 4,
-             heading[3:], content="bob's secret is tangerine"),
+        _hit(
+            layout.sessions / ".." / ".." / "bob" / "sessions" / bob_file.name,
+            line,
+            line + 4,
+            heading[3:],
+            content="bob's secret is tangerine",
+        ),
         _hit(archived, 1, 3, heading[3:], content="archived tangerine"),
         _hit(outside, 1, 3, heading[3:], content="outside tangerine"),
         _hit(link, 1, 3, heading[3:], content="outside tangerine"),
@@ -246,10 +302,10 @@ def test_expand_refuses_sources_outside_the_clients_sessions(tmp_path: Path,
     assert rc.contained_path(str(layout.sessions / "a.md"), layout.sessions.resolve())
 
 
-def test_deleted_files_front_matter_and_shared_sections_are_dropped(
-        layout: ClientLayout) -> None:
-    path = asyncio.run(_record(layout, ("a", "tomatoes " * 300, "water daily " * 300,
-                                        "2026-11-01T10:00:00Z")))
+def test_deleted_files_front_matter_and_shared_sections_are_dropped(layout: ClientLayout) -> None:
+    path = asyncio.run(
+        _record(layout, ("a", "tomatoes " * 300, "water daily " * 300, "2026-11-01T10:00:00Z"))
+    )
     lines = path.read_text(encoding="utf-8").split("\n")
     heading = "## 2026-11-01 10:00:00 UTC · exchange 1"
     line = _lines_of(path, heading)
@@ -267,14 +323,23 @@ def test_deleted_files_front_matter_and_shared_sections_are_dropped(
 
 
 def test_top_k_counts_distinct_sections(layout: ClientLayout) -> None:
-    path = asyncio.run(_record(layout, *[
-        ("a", f"question {i}", f"answer {i}", f"2026-11-0{i}T10:00:00Z") for i in range(1, 5)]))
+    path = asyncio.run(
+        _record(
+            layout,
+            *[
+                ("a", f"question {i}", f"answer {i}", f"2026-11-0{i}T10:00:00Z")
+                for i in range(1, 5)
+            ],
+        )
+    )
     hits = []
     for i in range(1, 5):
         heading = f"## 2026-11-0{i} 10:00:00 UTC · exchange {i}"
         line = _lines_of(path, heading)
-        hits += [_hit(path, line, line + 4, heading[3:], chunk=f"h{i}a"),
-                 _hit(path, line, line + 4, heading[3:], chunk=f"h{i}b")]
+        hits += [
+            _hit(path, line, line + 4, heading[3:], chunk=f"h{i}a"),
+            _hit(path, line, line + 4, heading[3:], chunk=f"h{i}b"),
+        ]
     memories = rc.collect(hits, layout, 3)
     assert [m.chunk_hash for m in memories] == ["h1a", "h2a", "h3a"]
 
@@ -283,8 +348,9 @@ def test_top_k_counts_distinct_sections(layout: ClientLayout) -> None:
 
 
 def _memory(content: str, score: float = 0.8, focus: int = 0, n: int = 1) -> rc.Memory:
-    source = rc.Source(f"sessions/{SESSION}.md", "transcript", SESSION, n,
-                       "2026-11-01 10:00:00 UTC")
+    source = rc.Source(
+        f"sessions/{SESSION}.md", "transcript", SESSION, n, "2026-11-01 10:00:00 UTC"
+    )
     heading = content.split("\n", 1)[0].lstrip("# ")
     return rc.Memory(source, heading, content, score, f"hash{n}", focus)
 
@@ -294,8 +360,12 @@ def test_no_results_text_is_exact() -> None:
 
 
 def test_text_numbers_results_with_labels_scores_and_content() -> None:
-    first = _memory("## 2026-11-01 10:00:00 UTC · exchange 1\n\n**User:** tomatoes?\n\n"
-                    "**Assistant:** water them", score=0.987, n=1)
+    first = _memory(
+        "## 2026-11-01 10:00:00 UTC · exchange 1\n\n**User:** tomatoes?\n\n"
+        "**Assistant:** water them",
+        score=0.987,
+        n=1,
+    )
     second = _memory("## 2026-11-02 10:00:00 UTC · exchange 2\n\n**User:** Grüße 🌱", 0.5, n=2)
     out = rc.render([first, second])
     assert out["text"] == (
@@ -303,7 +373,8 @@ def test_text_numbers_results_with_labels_scores_and_content() -> None:
         f"[1] relevance 0.99 · transcript · session {SESSION} · conversation 1 · "
         "2026-11-01 10:00:00 UTC\n" + first.content + "\n\n"
         f"[2] relevance 0.50 · transcript · session {SESSION} · conversation 2 · "
-        "2026-11-01 10:00:00 UTC\n" + second.content)
+        "2026-11-01 10:00:00 UTC\n" + second.content
+    )
     assert [r["chunk_hash"] for r in out["results"]] == ["hash1", "hash2"]
     result = out["results"][0]
     assert set(result) >= {"source", "heading", "content", "score", "chunk_hash"}
@@ -328,15 +399,21 @@ def test_too_many_sections_for_the_budget_drop_the_least_relevant() -> None:
     out = rc.render(memories, budget=2000)
     assert len(out["text"]) <= 2000
     assert 1 <= len(out["results"]) < 20
-    assert [r["chunk_hash"] for r in out["results"]] == [f"hash{i}"
-                                                         for i in range(len(out["results"]))]
+    assert [r["chunk_hash"] for r in out["results"]] == [
+        f"hash{i}" for i in range(len(out["results"]))
+    ]
     assert "less relevant memories left out" in out["text"]
 
 
 def test_clip_keeps_the_heading_and_the_matched_chunk() -> None:
-    lines = ["## 2026-11-01 10:00:00 UTC · exchange 1", "", "**User:** the question",
-             *[f"filler line {i} " + "x" * 60 for i in range(200)], "NEEDLE is here",
-             *[f"tail {i}" for i in range(50)]]
+    lines = [
+        "## 2026-11-01 10:00:00 UTC · exchange 1",
+        "",
+        "**User:** the question",
+        *[f"filler line {i} " + "x" * 60 for i in range(200)],
+        "NEEDLE is here",
+        *[f"tail {i}" for i in range(50)],
+    ]
     text = "\n".join(lines)
     clipped = rc.clip(text, 1000, focus_line=lines.index("NEEDLE is here"))
     assert len(clipped) <= 1000
@@ -363,8 +440,9 @@ def embed_server() -> Iterator[EmbeddingServer]:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory,
-            embed_server: EmbeddingServer) -> Iterator[dict[str, ClientIndex]]:
+def indexed(
+    tmp_path_factory: pytest.TempPathFactory, embed_server: EmbeddingServer
+) -> Iterator[dict[str, ClientIndex]]:
     """alice and bob, each with their own index server, watcher and transcripts."""
     config = client_config(tmp_path_factory.mktemp("recall") / "memory", "alice", "bob")
     indexes = {cid: ClientIndex(config, cid, embed_server) for cid in ("alice", "bob")}
@@ -380,12 +458,20 @@ def indexed(tmp_path_factory: pytest.TempPathFactory,
             index.stop()
 
 
-def _recall(index: ClientIndex, query: str, top_k: int = 5, after: str | None = None,
-            before: str | None = None, **kw: Any) -> dict[str, Any]:
-    args = rc.parse_arguments({"query": query, "top_k": top_k, "after": after,
-                               "before": before}, 5)
-    return asyncio.run(rc.recall(index.searcher, args.query, args.top_k, args.after,
-                                 args.before, index.layout, **kw))
+def _recall(
+    index: ClientIndex,
+    query: str,
+    top_k: int = 5,
+    after: str | None = None,
+    before: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    args = rc.parse_arguments({"query": query, "top_k": top_k, "after": after, "before": before}, 5)
+    return asyncio.run(
+        rc.recall(
+            index.searcher, args.query, args.top_k, args.after, args.before, index.layout, **kw
+        )
+    )
 
 
 @pytest.mark.slow
@@ -404,21 +490,23 @@ def test_recall_finds_the_right_exchange(indexed: dict[str, ClientIndex]) -> Non
 
 
 @pytest.mark.slow
-def test_time_filters_select_single_exchanges_of_one_file(
-        indexed: dict[str, ClientIndex]) -> None:
+def test_time_filters_select_single_exchanges_of_one_file(indexed: dict[str, ClientIndex]) -> None:
     alice = indexed["alice"]
     both = _recall(alice, "greenhouse tomatoes", top_k=2)
     assert {r["source"] for r in both["results"]} == {both["results"][0]["source"]}
-    assert {r["when"] for r in both["results"]} == {"2026-11-05 09:00:00 UTC",
-                                                    "2026-11-05 15:00:00 UTC"}
+    assert {r["when"] for r in both["results"]} == {
+        "2026-11-05 09:00:00 UTC",
+        "2026-11-05 15:00:00 UTC",
+    }
     later = _recall(alice, "greenhouse tomatoes", after="2026-11-05T12:00")
     assert [r["when"] for r in later["results"]][:1] == ["2026-11-05 15:00:00 UTC"]
     assert all("09:00:00" not in r["when"] for r in later["results"])
     earlier = _recall(alice, "greenhouse tomatoes", before="2026-11-05T12:00:00Z")
     assert "Water the greenhouse tomatoes" in earlier["results"][0]["content"]
     assert all(r["when"] < "2026-11-05 12" for r in earlier["results"])
-    exact = _recall(alice, "greenhouse tomatoes", after="2026-11-05T15:00:00Z",
-                    before="2026-11-05T15:00:01Z")
+    exact = _recall(
+        alice, "greenhouse tomatoes", after="2026-11-05T15:00:00Z", before="2026-11-05T15:00:01Z"
+    )
     assert [r["when"] for r in exact["results"]] == ["2026-11-05 15:00:00 UTC"]
     day = _recall(alice, "tomatoes", after="2026-11-05", before="2026-11-06")
     assert len(day["results"]) == 2
@@ -429,17 +517,16 @@ def test_relative_time_filters(indexed: dict[str, ClientIndex]) -> None:
     alice = indexed["alice"]
     recent = _recall(alice, "sourdough starter", after="1d")
     assert [r["content"] for r in recent["results"]] and all(
-        "doubled overnight" in r["content"] for r in recent["results"])
+        "doubled overnight" in r["content"] for r in recent["results"]
+    )
     old = _recall(alice, "sourdough starter", after="1w", before="1d")
     assert "acetone" in old["results"][0]["content"]
     assert all("doubled" not in r["content"] for r in old["results"])
 
 
 @pytest.mark.slow
-def test_filters_that_exclude_everything_say_no_memories(
-        indexed: dict[str, ClientIndex]) -> None:
-    out = _recall(indexed["alice"], "greenhouse tomatoes", after="2020-01-01",
-                  before="2020-01-02")
+def test_filters_that_exclude_everything_say_no_memories(indexed: dict[str, ClientIndex]) -> None:
+    out = _recall(indexed["alice"], "greenhouse tomatoes", after="2020-01-01", before="2020-01-02")
     assert out == {"results": [], "text": rc.NO_RESULTS}
 
 
@@ -448,8 +535,10 @@ def test_unicode_queries_and_content(indexed: dict[str, ClientIndex]) -> None:
     alice = indexed["alice"]
     for query in ("Straßenbahn Zürich", "Москве метро"):
         best = _recall(alice, query, top_k=1)["results"][0]
-        assert "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。" \
+        assert (
+            "Die Straßenbahn fährt alle 7 Minuten; в Москве тоже метро. 東京の電車も便利です。"
             in best["content"]
+        )
         assert "🚋" in best["content"]
 
 
@@ -458,8 +547,13 @@ def test_isolation_between_clients(indexed: dict[str, ClientIndex]) -> None:
     alice, bob = indexed["alice"], indexed["bob"]
     bob_hits = bob.searcher.search("Project Nightingale tangerine", 3)
     assert bob_hits and "tangerine-42" in bob_hits[0].content
-    probes = ["Project Nightingale launch code tangerine-42", bob_hits[0].chunk_hash,
-              bob_hits[0].source, f"bob {Path(bob_hits[0].source).name}", "launch code"]
+    probes = [
+        "Project Nightingale launch code tangerine-42",
+        bob_hits[0].chunk_hash,
+        bob_hits[0].source,
+        f"bob {Path(bob_hits[0].source).name}",
+        "launch code",
+    ]
     for query in probes:
         out = _recall(alice, query, top_k=20)
         assert "Nightingale" not in repr(out) and "tangerine" not in repr(out), query
@@ -473,23 +567,26 @@ def test_isolation_between_clients(indexed: dict[str, ClientIndex]) -> None:
 @pytest.mark.slow
 @pytest.mark.slow
 def test_a_burst_of_recalls_for_one_client_queues_rather_than_fails(
-        indexed: dict[str, ClientIndex]) -> None:
+    indexed: dict[str, ClientIndex],
+) -> None:
     """A gateway with several connections can send a client's recalls all at once: they
     wait their turn on the client's two search threads instead of being refused."""
     alice = indexed["alice"]
 
     async def burst() -> list[dict[str, Any]]:
-        return await asyncio.gather(*(
-            rc.recall(alice.searcher, "capital of Australia", 1, None, None, alice.layout)
-            for _ in range(12)))
+        return await asyncio.gather(
+            *(
+                rc.recall(alice.searcher, "capital of Australia", 1, None, None, alice.layout)
+                for _ in range(12)
+            )
+        )
 
     results = asyncio.run(burst())
     assert all("Canberra" in r["text"] for r in results)
 
 
 @pytest.mark.slow
-def test_busy_threads_make_a_timeout_not_an_internal_error(
-        indexed: dict[str, ClientIndex]) -> None:
+def test_busy_threads_make_a_timeout_not_an_internal_error(indexed: dict[str, ClientIndex]) -> None:
     """Expanding hits reads transcripts on the loop's default threads; when all of them are
     busy (memd overloaded) past the deadline, recall says so with its own error."""
     alice = indexed["alice"]
@@ -501,8 +598,9 @@ def test_busy_threads_make_a_timeout_not_an_internal_error(
         loop.set_default_executor(pool)
         blockers = [loop.run_in_executor(None, release.wait) for _ in range(2)]
         try:
-            return await rc.recall(alice.searcher, "capital of Australia", 3, None, None,
-                                   alice.layout, timeout=1.0)
+            return await rc.recall(
+                alice.searcher, "capital of Australia", 3, None, None, alice.layout, timeout=1.0
+            )
         finally:
             release.set()
             await asyncio.gather(*blockers)
@@ -521,18 +619,27 @@ def test_empty_index_says_no_memories(tmp_path: Path, embed_server: EmbeddingSer
         index.stop()
 
 
-def test_unreachable_or_silent_index_is_unavailable_never_a_hang(tmp_path: Path,
-                                                                 layout: ClientLayout) -> None:
+def test_unreachable_or_silent_index_is_unavailable_never_a_hang(
+    tmp_path: Path, layout: ClientLayout
+) -> None:
     with pytest.raises(IndexUnavailableError):
         asyncio.run(rc.recall(None, "q", 5, None, None, layout))
-    missing = IndexSearcher(IndexTarget(f"unix:{tmp_path}/none.sock", "memd_alice"),
-                            EmbeddingConfig(), root=layout.root, timeout=2)
+    missing = IndexSearcher(
+        IndexTarget(f"unix:{tmp_path}/none.sock", "memd_alice"),
+        EmbeddingConfig(),
+        root=layout.root,
+        timeout=2,
+    )
     silent_path = tmp_path / "silent.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(silent_path))
     listener.listen(8)  # accepts connections, never answers
-    silent = IndexSearcher(IndexTarget(f"unix:{silent_path}", "memd_alice"), EmbeddingConfig(),
-                           root=layout.root, timeout=2)
+    silent = IndexSearcher(
+        IndexTarget(f"unix:{silent_path}", "memd_alice"),
+        EmbeddingConfig(),
+        root=layout.root,
+        timeout=2,
+    )
     try:
         for searcher in (missing, silent):
             with pytest.raises(IndexUnavailableError):

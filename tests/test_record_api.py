@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.client import MemdClient, RemoteError
-from memd.transcript import read_transcript
+from memd.cli.client import MemdClient, RemoteError
+from memd.markdown.transcript import read_transcript
 
 CLIENTS = {
     "gw": {"memory_enabled": True, "mode": "both"},
@@ -28,42 +28,74 @@ def exchange(client: str, conv: str = "c1", user: str = "hello", assistant: str 
     return {"client_id": client, "conversation_id": conv, "user": user, "assistant": assistant}
 
 
-@pytest.mark.parametrize(("client_id", "code", "kind"), [
-    ("nobody", -32001, "unknown_client"),
-    ("unset", -32002, "memory_disabled"),
-    ("off", -32002, "memory_disabled"),
-    ("router", -32003, "unsupported_mode"),
-    ("tools", -32003, "unsupported_mode"),
-    ("../gw", -32004, "invalid_id"),
-    ("gw/../../etc", -32004, "invalid_id"),
-])
+@pytest.mark.parametrize(
+    ("client_id", "code", "kind"),
+    [
+        ("nobody", -32001, "unknown_client"),
+        ("unset", -32002, "memory_disabled"),
+        ("off", -32002, "memory_disabled"),
+        ("router", -32003, "unsupported_mode"),
+        ("tools", -32003, "unsupported_mode"),
+        ("../gw", -32004, "invalid_id"),
+        ("gw/../../etc", -32004, "invalid_id"),
+    ],
+)
 def test_refused_clients_get_distinct_errors_and_nothing_is_written(
-        config_file, daemon_factory, tmp_path, client_id, code, kind) -> None:
+    config_file, daemon_factory, tmp_path, client_id, code, kind
+) -> None:
     memd = daemon_factory(config_file(clients=CLIENTS))
     with pytest.raises(RemoteError) as err:
         memd.call("memory.record_exchange", exchange(client_id))
     assert (err.value.code, err.value.kind) == (code, kind)
     with pytest.raises(RemoteError) as err:
-        memd.call("memory.record_chat", {
-            "client_id": client_id, "messages": [{"role": "user", "content": "x"}],
-            "response": {"role": "assistant", "content": "y"}})
+        memd.call(
+            "memory.record_chat",
+            {
+                "client_id": client_id,
+                "messages": [{"role": "user", "content": "x"}],
+                "response": {"role": "assistant", "content": "y"},
+            },
+        )
     assert err.value.code == code
     written = [p for p in (tmp_path / "memory").rglob("*.md")]
     assert written == []
 
 
-@pytest.mark.parametrize(("params", "param"), [
-    ({"conversation_id": "c", "user": "u", "assistant": "a"}, "client_id"),
-    ({"client_id": "agent", "conversation_id": 5, "user": "u", "assistant": "a"},
-     "conversation_id"),
-    ({"client_id": "agent", "conversation_id": "c", "user": ["u"], "assistant": "a"}, "user"),
-    ({"client_id": "agent", "conversation_id": "c", "user": "u", "assistant": None},
-     "assistant"),
-    ({"client_id": "agent", "conversation_id": "c", "user": "u", "assistant": "a",
-      "timestamp": "yesterday"}, "timestamp"),
-    ({"client_id": "agent", "conversation_id": "c", "user": "u", "assistant": "a",
-      "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"conversation_id": "c", "user": "u", "assistant": "a"}, "client_id"),
+        (
+            {"client_id": "agent", "conversation_id": 5, "user": "u", "assistant": "a"},
+            "conversation_id",
+        ),
+        ({"client_id": "agent", "conversation_id": "c", "user": ["u"], "assistant": "a"}, "user"),
+        (
+            {"client_id": "agent", "conversation_id": "c", "user": "u", "assistant": None},
+            "assistant",
+        ),
+        (
+            {
+                "client_id": "agent",
+                "conversation_id": "c",
+                "user": "u",
+                "assistant": "a",
+                "timestamp": "yesterday",
+            },
+            "timestamp",
+        ),
+        (
+            {
+                "client_id": "agent",
+                "conversation_id": "c",
+                "user": "u",
+                "assistant": "a",
+                "extra": 1,
+            },
+            "extra",
+        ),
+    ],
+)
 def test_bad_record_params_are_invalid_params(config_file, daemon_factory, params, param) -> None:
     memd = daemon_factory(config_file(clients=CLIENTS))
     with pytest.raises(RemoteError) as err:
@@ -77,10 +109,14 @@ def test_bad_chat_shapes_are_invalid_params(config_file, daemon_factory) -> None
     memd = daemon_factory(config_file(clients=CLIENTS))
     bad = [
         {"messages": [], "response": {"role": "assistant", "content": "x"}},
-        {"messages": [{"role": "wizard", "content": "x"}],
-         "response": {"role": "assistant", "content": "x"}},
-        {"messages": [{"role": "user", "content": 3}],
-         "response": {"role": "assistant", "content": "x"}},
+        {
+            "messages": [{"role": "wizard", "content": "x"}],
+            "response": {"role": "assistant", "content": "x"},
+        },
+        {
+            "messages": [{"role": "user", "content": 3}],
+            "response": {"role": "assistant", "content": "x"},
+        },
         {"messages": [{"role": "user", "content": "x"}], "response": {"role": "user"}},
         {"messages": "hello", "response": {"role": "assistant", "content": "x"}},
     ]
@@ -92,16 +128,24 @@ def test_bad_chat_shapes_are_invalid_params(config_file, daemon_factory) -> None
 
 def test_chat_continuation_and_session_file(config_file, daemon_factory) -> None:
     memd = daemon_factory(config_file(clients=CLIENTS))
-    msgs = [{"role": "system", "content": "be brief"},
-            {"role": "user", "content": "Name a blue fruit"}]
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "Name a blue fruit"},
+    ]
     reply = {"role": "assistant", "content": "Blueberry"}
-    first = memd.call("memory.record_chat", {"client_id": "gw", "messages": msgs,
-                                             "response": reply})
+    first = memd.call(
+        "memory.record_chat", {"client_id": "gw", "messages": msgs, "response": reply}
+    )
     assert first["new_conversation"] is True
     msgs2 = [*msgs, reply, {"role": "user", "content": "And a red one?"}]
-    second = memd.call("memory.record_chat", {
-        "client_id": "gw", "messages": msgs2,
-        "response": {"role": "assistant", "content": "Cherry"}})
+    second = memd.call(
+        "memory.record_chat",
+        {
+            "client_id": "gw",
+            "messages": msgs2,
+            "response": {"role": "assistant", "content": "Cherry"},
+        },
+    )
     assert second["new_conversation"] is False
     assert second["conversation"] == first["conversation"]
     assert second["appended"] == 2
@@ -118,9 +162,14 @@ def _flood(sock_path: Path, n: int, acked: list[str], prefix: str) -> None:
         with MemdClient(sock_path, timeout=30) as client:
             lines = []
             for i in range(n):
-                req = {"jsonrpc": "2.0", "id": i, "method": "memory.record_exchange",
-                       "params": exchange("agent", conv=f"{prefix}", user=f"{prefix}-u{i}",
-                                          assistant=f"{prefix}-a{i}")}
+                req = {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "method": "memory.record_exchange",
+                    "params": exchange(
+                        "agent", conv=f"{prefix}", user=f"{prefix}-u{i}", assistant=f"{prefix}-a{i}"
+                    ),
+                }
                 lines.append(json.dumps(req).encode())
             client.send_line(b"\n".join(lines))
             for _ in range(n):
@@ -135,8 +184,9 @@ def test_sigkill_mid_flood_loses_and_duplicates_nothing(config_file, daemon_fact
     path = config_file(clients=CLIENTS)
     memd = daemon_factory(path)
     acked: list[str] = []
-    threads = [threading.Thread(target=_flood, args=(memd.socket, 125, acked, f"t{k}"))
-               for k in range(8)]
+    threads = [
+        threading.Thread(target=_flood, args=(memd.socket, 125, acked, f"t{k}")) for k in range(8)
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 30
@@ -152,8 +202,13 @@ def test_sigkill_mid_flood_loses_and_duplicates_nothing(config_file, daemon_fact
     sessions = again.call("sessions.list", {"client_id": "agent"})["sessions"]
     assert len(sessions) == 1
     text = Path(sessions[0]["path"]).read_text()
-    users = [p.text for c in read_transcript(Path(sessions[0]["path"])).conversations
-             for e in c.exchanges for p in e.parts if p.label == "User"]
+    users = [
+        p.text
+        for c in read_transcript(Path(sessions[0]["path"])).conversations
+        for e in c.exchanges
+        for p in e.parts
+        if p.label == "User"
+    ]
     for tag in acked:
         assert users.count(tag) == 1, tag
     assert len(users) == len(set(users))  # nothing duplicated, acked or not
@@ -162,14 +217,16 @@ def test_sigkill_mid_flood_loses_and_duplicates_nothing(config_file, daemon_fact
     assert result["session_id"] == sessions[0]["session_id"]
     assert result["path"] == sessions[0]["path"]
     before = [c for c in read_transcript(Path(result["path"])).conversations]
-    assert sum(1 for c in before if any(p.text == "after" for e in c.exchanges
-                                        for p in e.parts)) == 1
+    assert (
+        sum(1 for c in before if any(p.text == "after" for e in c.exchanges for p in e.parts)) == 1
+    )
     assert text in Path(result["path"]).read_text()
 
 
 def test_monitor_ends_sessions_by_inactivity(config_file, daemon_factory) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS, session_inactivity_minutes=0.02,
-                                      monitor_interval_seconds=0.2))
+    memd = daemon_factory(
+        config_file(clients=CLIENTS, session_inactivity_minutes=0.02, monitor_interval_seconds=0.2)
+    )
     first = memd.call("memory.record_exchange", exchange("agent"))
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -182,36 +239,48 @@ def test_monitor_ends_sessions_by_inactivity(config_file, daemon_factory) -> Non
     assert second["session_id"] != first["session_id"]
 
 
-def test_monitor_ends_sessions_by_max_duration_even_when_busy(config_file,
-                                                              daemon_factory) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS, session_inactivity_minutes=10,
-                                      max_session_minutes=0.03,
-                                      monitor_interval_seconds=0.2))
+def test_monitor_ends_sessions_by_max_duration_even_when_busy(config_file, daemon_factory) -> None:
+    memd = daemon_factory(
+        config_file(
+            clients=CLIENTS,
+            session_inactivity_minutes=10,
+            max_session_minutes=0.03,
+            monitor_interval_seconds=0.2,
+        )
+    )
     first = memd.call("memory.record_exchange", exchange("agent"))["session_id"]
     deadline = time.monotonic() + 20
     ids = {first}
     calls = 0
     while time.monotonic() < deadline and len(ids) == 1:
         calls += 1
-        ids.add(memd.call("memory.record_exchange",
-                          exchange("agent", conv=f"busy-{calls}"))["session_id"])
+        ids.add(
+            memd.call("memory.record_exchange", exchange("agent", conv=f"busy-{calls}"))[
+                "session_id"
+            ]
+        )
         time.sleep(0.2)
     assert len(ids) == 2
-    ended = next(s for s in memd.call("sessions.list", {"client_id": "agent"})["sessions"]
-             if s["session_id"] == first)
+    ended = next(
+        s
+        for s in memd.call("sessions.list", {"client_id": "agent"})["sessions"]
+        if s["session_id"] == first
+    )
     assert ended["end_reason"] == "max_duration"
 
 
 def test_restart_keeps_session_and_monitor_ends_it_on_time(config_file, daemon_factory) -> None:
-    path = config_file(clients=CLIENTS, session_inactivity_minutes=0.05,
-                       monitor_interval_seconds=0.2)
+    path = config_file(
+        clients=CLIENTS, session_inactivity_minutes=0.05, monitor_interval_seconds=0.2
+    )
     memd = daemon_factory(path)
     first = memd.call("memory.record_exchange", exchange("agent"))
     memd.kill(signal.SIGKILL)
     memd.proc.wait(10)
     again = daemon_factory(path)
-    assert again.call("memory.record_exchange", exchange("agent"))["session_id"] == \
-        first["session_id"]
+    assert (
+        again.call("memory.record_exchange", exchange("agent"))["session_id"] == first["session_id"]
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         sessions = again.call("sessions.list", {"client_id": "agent"})["sessions"]
@@ -221,8 +290,9 @@ def test_restart_keeps_session_and_monitor_ends_it_on_time(config_file, daemon_f
     assert sessions[0]["state"] == "ended"
 
 
-def test_disabling_a_client_refuses_records_and_keeps_files(config_file, daemon_factory,
-                                                            tmp_path) -> None:
+def test_disabling_a_client_refuses_records_and_keeps_files(
+    config_file, daemon_factory, tmp_path
+) -> None:
     from tests.support.daemon import base_config, write_config
 
     path = config_file(clients=CLIENTS)

@@ -1,4 +1,4 @@
-"""Tests for memd.rpc and memd.errors: JSON-RPC 2.0 dispatch, framing and the socket lifecycle.
+"""Tests for memd.rpc and memd.errors: JSON-RPC 2.0 dispatch, framing, the socket lifecycle.
 
 The server runs on its own event loop in a thread and the tests talk to it over the real
 socket with plain blocking sockets, as memd's synchronous client does.
@@ -33,8 +33,8 @@ from memd.errors import (
     error_class,
     error_from_dict,
 )
-from memd.rpc import MAX_LINE, Dispatcher, Params, Registry
-from memd.rpcserver import RpcServer, SocketInUse, SocketSetupError
+from memd.rpc.protocol import MAX_LINE, Dispatcher, Params, Registry
+from memd.rpc.server import RpcServer, SocketInUse, SocketSetupError
 
 # --- helpers ----------------------------------------------------------------------------
 
@@ -169,8 +169,21 @@ class Spec:
         self.started = threading.Event()
         self.cancelled = threading.Event()
         self.registry = Registry()
-        for name in ("subtract", "update", "notify_hello", "get_data", "sum", "echo", "fail",
-                     "fail_domain", "not_json", "nan", "wait", "release", "checked"):
+        for name in (
+            "subtract",
+            "update",
+            "notify_hello",
+            "get_data",
+            "sum",
+            "echo",
+            "fail",
+            "fail_domain",
+            "not_json",
+            "nan",
+            "wait",
+            "release",
+            "checked",
+        ):
             self.registry.add(name, getattr(self, "m_" + name))
 
     async def m_subtract(self, params: Any) -> Any:
@@ -256,56 +269,107 @@ def server(sock_path: Path, spec: Spec) -> Iterator[ServerThread]:
 # --- the JSON-RPC 2.0 specification's examples (section 7) ---------------------------
 
 SPEC_EXAMPLES = [
-    ("positional params 1",
-     b'{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}',
-     [{"jsonrpc": "2.0", "result": 19, "id": 1}]),
-    ("positional params 2",
-     b'{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}',
-     [{"jsonrpc": "2.0", "result": -19, "id": 2}]),
-    ("named params 1",
-     b'{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42},'
-     b' "id": 3}',
-     [{"jsonrpc": "2.0", "result": 19, "id": 3}]),
-    ("named params 2",
-     b'{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23},'
-     b' "id": 4}',
-     [{"jsonrpc": "2.0", "result": 19, "id": 4}]),
-    ("notification update",
-     b'{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}', []),
+    (
+        "positional params 1",
+        b'{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}',
+        [{"jsonrpc": "2.0", "result": 19, "id": 1}],
+    ),
+    (
+        "positional params 2",
+        b'{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}',
+        [{"jsonrpc": "2.0", "result": -19, "id": 2}],
+    ),
+    (
+        "named params 1",
+        b'{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42},'
+        b' "id": 3}',
+        [{"jsonrpc": "2.0", "result": 19, "id": 3}],
+    ),
+    (
+        "named params 2",
+        b'{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23},'
+        b' "id": 4}',
+        [{"jsonrpc": "2.0", "result": 19, "id": 4}],
+    ),
+    ("notification update", b'{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}', []),
     ("notification foobar", b'{"jsonrpc": "2.0", "method": "foobar"}', []),
-    ("non-existent method", b'{"jsonrpc": "2.0", "method": "foobar", "id": "1"}',
-     [{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}]),
-    ("invalid JSON",
-     b'{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]',
-     [{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}]),
-    ("invalid Request object", b'{"jsonrpc": "2.0", "method": 1, "params": "bar"}',
-     [{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}]),
-    ("batch, invalid JSON",
-     b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},'
-     b'{"jsonrpc": "2.0", "method"]',
-     [{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}]),
-    ("empty array", b"[]",
-     [{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}]),
-    ("invalid batch, not empty", b"[1]",
-     [[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}]]),
-    ("invalid batch", b"[1,2,3]",
-     [[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}]
-      * 3]),
-    ("mixed batch",
-     b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},'
-     b'{"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},'
-     b'{"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},'
-     b'{"foo": "boo"},'
-     b'{"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},'
-     b'{"jsonrpc": "2.0", "method": "get_data", "id": "9"}]',
-     [[{"jsonrpc": "2.0", "result": 7, "id": "1"},
-       {"jsonrpc": "2.0", "result": 19, "id": "2"},
-       {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None},
-       {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "5"},
-       {"jsonrpc": "2.0", "result": ["hello", 5], "id": "9"}]]),
-    ("all notifications batch",
-     b'[{"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},'
-     b'{"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}]', []),
+    (
+        "non-existent method",
+        b'{"jsonrpc": "2.0", "method": "foobar", "id": "1"}',
+        [{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}],
+    ),
+    (
+        "invalid JSON",
+        b'{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]',
+        [{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}],
+    ),
+    (
+        "invalid Request object",
+        b'{"jsonrpc": "2.0", "method": 1, "params": "bar"}',
+        [{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}],
+    ),
+    (
+        "batch, invalid JSON",
+        b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},'
+        b'{"jsonrpc": "2.0", "method"]',
+        [{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}],
+    ),
+    (
+        "empty array",
+        b"[]",
+        [{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}],
+    ),
+    (
+        "invalid batch, not empty",
+        b"[1]",
+        [[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}]],
+    ),
+    (
+        "invalid batch",
+        b"[1,2,3]",
+        [
+            [
+                {
+                    "jsonrpc": "2.0",
+                    "error": {"code": -32600, "message": "Invalid Request"},
+                    "id": None,
+                }
+            ]
+            * 3
+        ],
+    ),
+    (
+        "mixed batch",
+        b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},'
+        b'{"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},'
+        b'{"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},'
+        b'{"foo": "boo"},'
+        b'{"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},'
+        b'{"jsonrpc": "2.0", "method": "get_data", "id": "9"}]',
+        [
+            [
+                {"jsonrpc": "2.0", "result": 7, "id": "1"},
+                {"jsonrpc": "2.0", "result": 19, "id": "2"},
+                {
+                    "jsonrpc": "2.0",
+                    "error": {"code": -32600, "message": "Invalid Request"},
+                    "id": None,
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "error": {"code": -32601, "message": "Method not found"},
+                    "id": "5",
+                },
+                {"jsonrpc": "2.0", "result": ["hello", 5], "id": "9"},
+            ]
+        ],
+    ),
+    (
+        "all notifications batch",
+        b'[{"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},'
+        b'{"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}]',
+        [],
+    ),
 ]
 
 
@@ -320,8 +384,9 @@ def _comparable(response: Any) -> Any:
     return ("result", json.dumps(response["result"]), response["id"])
 
 
-@pytest.mark.parametrize(("line", "expected"), [e[1:] for e in SPEC_EXAMPLES],
-                         ids=[e[0] for e in SPEC_EXAMPLES])
+@pytest.mark.parametrize(
+    ("line", "expected"), [e[1:] for e in SPEC_EXAMPLES], ids=[e[0] for e in SPEC_EXAMPLES]
+)
 def test_spec_example(server: ServerThread, line: bytes, expected: list[Any]) -> None:
     responses = exchange(server.path, line)
     assert [_comparable(r) for r in responses] == [_comparable(e) for e in expected]
@@ -340,8 +405,13 @@ def _flatten(responses: list[Any]) -> list[dict[str, Any]]:
 
 
 def test_notifications_run_but_are_not_answered(server: ServerThread, spec: Spec) -> None:
-    responses = exchange(server.path, req("update", [1, 2, 3, 4, 5]), req("notify_hello", [7]),
-                         req("fail"), req("echo", [1], id=1))
+    responses = exchange(
+        server.path,
+        req("update", [1, 2, 3, 4, 5]),
+        req("notify_hello", [7]),
+        req("fail"),
+        req("echo", [1], id=1),
+    )
     assert responses == [{"jsonrpc": "2.0", "result": [1], "id": 1}]
     assert sorted(spec.notified, key=repr) == [("notify_hello", [7]), ("update", [1, 2, 3, 4, 5])]
 
@@ -366,25 +436,28 @@ def test_id_types_are_echoed(server: ServerThread, request_id: Any) -> None:
     assert response == {"jsonrpc": "2.0", "result": [1], "id": request_id}
 
 
-@pytest.mark.parametrize(("message", "answer_id"), [
-    ({"jsonrpc": "2.0", "method": "echo", "id": True}, None),
-    ({"jsonrpc": "2.0", "method": "echo", "id": {"a": 1}}, None),
-    ({"jsonrpc": "2.0", "method": "echo", "id": [1]}, None),
-    ({"jsonrpc": "1.0", "method": "echo", "id": 7}, 7),
-    ({"method": "echo", "id": 7}, 7),
-    ({"jsonrpc": 2.0, "method": "echo", "id": 7}, 7),
-    ({"jsonrpc": "2.0", "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": None, "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": "echo", "params": "bar", "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": "echo", "params": 3, "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": "echo", "params": None, "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": "echo", "param": {"a": 1}, "id": 7}, 7),
-    ({"jsonrpc": "2.0", "method": "echo", "params": "bar"}, None),
-    ("just a string", None),
-    (42, None),
-    (None, None),
-    ([[req("echo", [1], id=1)]], None),
-])
+@pytest.mark.parametrize(
+    ("message", "answer_id"),
+    [
+        ({"jsonrpc": "2.0", "method": "echo", "id": True}, None),
+        ({"jsonrpc": "2.0", "method": "echo", "id": {"a": 1}}, None),
+        ({"jsonrpc": "2.0", "method": "echo", "id": [1]}, None),
+        ({"jsonrpc": "1.0", "method": "echo", "id": 7}, 7),
+        ({"method": "echo", "id": 7}, 7),
+        ({"jsonrpc": 2.0, "method": "echo", "id": 7}, 7),
+        ({"jsonrpc": "2.0", "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": None, "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": "echo", "params": "bar", "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": "echo", "params": 3, "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": "echo", "params": None, "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": "echo", "param": {"a": 1}, "id": 7}, 7),
+        ({"jsonrpc": "2.0", "method": "echo", "params": "bar"}, None),
+        ("just a string", None),
+        (42, None),
+        (None, None),
+        ([[req("echo", [1], id=1)]], None),
+    ],
+)
 def test_invalid_requests(server: ServerThread, message: Any, answer_id: Any) -> None:
     [response] = exchange(server.path, message)
     if isinstance(message, list):
@@ -428,8 +501,11 @@ def test_unexpected_exception_is_internal_error_and_logged(server: ServerThread)
         response = call(server.path, "fail", id=5)
     assert response["id"] == 5
     assert response["error"]["code"] == -32603
-    assert response["error"]["data"] == {"kind": "internal_error", "method": "fail",
-                                         "exception": "RuntimeError"}
+    assert response["error"]["data"] == {
+        "kind": "internal_error",
+        "method": "fail",
+        "exception": "RuntimeError",
+    }
     [entry] = [e for e in logs if e["event"] == "rpc.handler_failed"]
     assert entry["method"] == "fail" and entry["log_level"] == "error" and entry["exc_info"]
     assert call(server.path, "echo", [1])["result"] == [1]
@@ -437,9 +513,15 @@ def test_unexpected_exception_is_internal_error_and_logged(server: ServerThread)
 
 def test_domain_error_carries_code_kind_and_data(server: ServerThread) -> None:
     response = call(server.path, "fail_domain", id="a")
-    assert response == {"jsonrpc": "2.0", "id": "a", "error": {
-        "code": -32001, "message": "no client named 'x'",
-        "data": {"client_id": "x", "kind": "unknown_client"}}}
+    assert response == {
+        "jsonrpc": "2.0",
+        "id": "a",
+        "error": {
+            "code": -32001,
+            "message": "no client named 'x'",
+            "data": {"client_id": "x", "kind": "unknown_client"},
+        },
+    }
     exc = error_from_dict(response["error"])
     assert isinstance(exc, UnknownClient) and exc.data == {"client_id": "x"}
 
@@ -459,10 +541,16 @@ def test_params_errors_over_the_socket(server: ServerThread) -> None:
     cases = [
         ({}, "missing param 'client_id'", "client_id"),
         ({"client_id": 3}, "param 'client_id' must be a string, got an integer", "client_id"),
-        ({"client_id": "c", "top_k": True}, "param 'top_k' must be an integer, got a boolean",
-         "top_k"),
-        ({"client_id": "c", "top_k": 1.5}, "param 'top_k' must be an integer, got a number",
-         "top_k"),
+        (
+            {"client_id": "c", "top_k": True},
+            "param 'top_k' must be an integer, got a boolean",
+            "top_k",
+        ),
+        (
+            {"client_id": "c", "top_k": 1.5},
+            "param 'top_k' must be an integer, got a number",
+            "top_k",
+        ),
         ({"client_id": "c", "topk": 1}, "unknown param 'topk'", "topk"),
         ([1, 2], "params must be an object (named params)", None),
     ]
@@ -477,8 +565,13 @@ def test_params_errors_over_the_socket(server: ServerThread) -> None:
 
 
 def test_blank_lines_are_ignored_and_crlf_accepted(server: ServerThread) -> None:
-    responses = exchange(server.path, b"\n", b"   \n", b"\t\r\n",
-                         json.dumps(req("echo", [1], id=1)).encode() + b"\r\n")
+    responses = exchange(
+        server.path,
+        b"\n",
+        b"   \n",
+        b"\t\r\n",
+        json.dumps(req("echo", [1], id=1)).encode() + b"\r\n",
+    )
     assert responses == [{"jsonrpc": "2.0", "result": [1], "id": 1}]
 
 
@@ -492,16 +585,19 @@ def test_invalid_utf8_is_a_parse_error_and_the_connection_lives(server: ServerTh
     conn.close()
 
 
-@pytest.mark.parametrize("line", [
-    b"[" * 100_000,
-    b'{"jsonrpc": "2.0", "method": "echo", "params": [NaN], "id": 1}',
-    b'{"jsonrpc": "2.0", "method": "echo", "params": [Infinity], "id": 1}',
-    b'{"jsonrpc": "2.0", "method": "echo", "params": [' + b"9" * 5000 + b"], \"id\": 1}",
-    b"\xef\xbb\xbf" + json.dumps(req("echo", [1], id=1)).encode(),
-    "{\"jsonrpc\": \"2.0\", \"method\": \"echo\", \"id\": 1}".encode("utf-16"),
-    b'{"jsonrpc": "2.0", "method": "echo", "id": 1} {"second": 1}',
-], ids=["deep nesting", "NaN", "Infinity", "5000-digit int", "UTF-8 BOM", "UTF-16",
-        "two values"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 100_000,
+        b'{"jsonrpc": "2.0", "method": "echo", "params": [NaN], "id": 1}',
+        b'{"jsonrpc": "2.0", "method": "echo", "params": [Infinity], "id": 1}',
+        b'{"jsonrpc": "2.0", "method": "echo", "params": [' + b"9" * 5000 + b'], "id": 1}',
+        b"\xef\xbb\xbf" + json.dumps(req("echo", [1], id=1)).encode(),
+        '{"jsonrpc": "2.0", "method": "echo", "id": 1}'.encode("utf-16"),
+        b'{"jsonrpc": "2.0", "method": "echo", "id": 1} {"second": 1}',
+    ],
+    ids=["deep nesting", "NaN", "Infinity", "5000-digit int", "UTF-8 BOM", "UTF-16", "two values"],
+)
 def test_not_strict_json_is_a_parse_error(server: ServerThread, line: bytes) -> None:
     responses = exchange(server.path, line, req("echo", ["after"], id="after"))
     by_id = {r["id"]: r for r in responses}
@@ -540,9 +636,15 @@ def test_line_limit(sock_path: Path, spec: Spec) -> None:
         conn = Conn(srv.path)
         conn.sock.sendall(_padded(1025) + b"\n" + _line(req("echo", [2], id=2)))
         refused = conn.recv()
-        assert refused == {"jsonrpc": "2.0", "id": None, "error": {
-            "code": -32008, "message": refused["error"]["message"],
-            "data": {"kind": "payload_too_large", "limit": 1024}}}
+        assert refused == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32008,
+                "message": refused["error"]["message"],
+                "data": {"kind": "payload_too_large", "limit": 1024},
+            },
+        }
         assert conn.recv() is None  # closed: the request after the long line is not served
         conn.close()
 
@@ -589,8 +691,7 @@ def test_responses_come_in_completion_order(server: ServerThread, spec: Spec) ->
     conn.close()
 
 
-def test_slow_handler_does_not_block_other_connections(server: ServerThread,
-                                                       spec: Spec) -> None:
+def test_slow_handler_does_not_block_other_connections(server: ServerThread, spec: Spec) -> None:
     slow = Conn(server.path)
     slow.send(req("wait", id=1))
     assert spec.started.wait(10)
@@ -643,8 +744,10 @@ def test_hundred_concurrent_clients(server: ServerThread) -> None:
 
 
 def test_peer_with_another_uid_is_refused(sock_path: Path, spec: Spec) -> None:
-    with capture_logs() as logs, ServerThread(sock_path, spec.registry,
-                                              allowed_uid=os.getuid() + 1) as srv:
+    with (
+        capture_logs() as logs,
+        ServerThread(sock_path, spec.registry, allowed_uid=os.getuid() + 1) as srv,
+    ):
         conn = Conn(srv.path)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             conn.send(req("echo", [1], id=1))
@@ -902,8 +1005,11 @@ def test_error_table() -> None:
 
 def test_memd_error_base_and_unknown_codes() -> None:
     exc = MemdError("something new", kind="brand_new", data={"x": 1, "kind": "ignored"})
-    assert exc.to_dict() == {"code": -32000, "message": "something new",
-                             "data": {"x": 1, "kind": "brand_new"}}
+    assert exc.to_dict() == {
+        "code": -32000,
+        "message": "something new",
+        "data": {"x": 1, "kind": "brand_new"},
+    }
     unknown = error_from_dict({"code": -32077, "message": "later", "data": {"kind": "later"}})
     assert isinstance(unknown, MemdError) and unknown.code == -32077 and unknown.kind == "later"
     foreign = error_from_dict({"code": 12, "message": "odd", "data": "text"})

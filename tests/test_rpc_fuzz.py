@@ -21,12 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memd.rpc import Registry
-from memd.rpcserver import RpcServer
+from memd.rpc.protocol import Registry
+from memd.rpc.server import RpcServer
 
 MAX_LINE = 2048  # small, so that examples cross the line limit often
-FUZZ = settings(max_examples=200, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _registry() -> Registry:
@@ -129,10 +132,27 @@ def too_long(data: bytes) -> bool:
 
 garbage = st.one_of(
     st.binary(max_size=6000),
-    st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
-                       st.sampled_from([b"", b" ", b"\r", b"[]", b"{}", b"[1]", b"null",
-                                        b"\xff", b"\xc3", b'{"jsonrpc":"2.0"'])),
-             max_size=40).map(b"\n".join),
+    st.lists(
+        st.one_of(
+            st.binary(max_size=300),
+            st.text(max_size=300).map(str.encode),
+            st.sampled_from(
+                [
+                    b"",
+                    b" ",
+                    b"\r",
+                    b"[]",
+                    b"{}",
+                    b"[1]",
+                    b"null",
+                    b"\xff",
+                    b"\xc3",
+                    b'{"jsonrpc":"2.0"',
+                ]
+            ),
+        ),
+        max_size=40,
+    ).map(b"\n".join),
 )
 
 
@@ -152,17 +172,24 @@ def test_arbitrary_bytes(sock_path: Path, data: bytes) -> None:
 # --- truncated requests --------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
 
 @FUZZ
-@given(params=json_values, cut=st.floats(min_value=0, max_value=1, exclude_max=True),
-       with_newline=st.booleans())
+@given(
+    params=json_values,
+    cut=st.floats(min_value=0, max_value=1, exclude_max=True),
+    with_newline=st.booleans(),
+)
 def test_truncated_request(sock_path: Path, params: Any, cut: float, with_newline: bool) -> None:
     full = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [params], "id": 1}).encode()
     part = full[: int(len(full) * cut)]
@@ -185,8 +212,10 @@ def test_truncated_request(sock_path: Path, params: Any, cut: float, with_newlin
 
 
 @FUZZ
-@given(length=st.one_of(st.integers(MAX_LINE - 3, MAX_LINE + 3), st.integers(0, 6 * MAX_LINE)),
-       terminated=st.booleans())
+@given(
+    length=st.one_of(st.integers(MAX_LINE - 3, MAX_LINE + 3), st.integers(0, 6 * MAX_LINE)),
+    terminated=st.booleans(),
+)
 def test_line_length(sock_path: Path, length: int, terminated: bool) -> None:
     request = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": 7}).encode()
     line = (request + b" " * (length - len(request))) if length >= len(request) else b" " * length
@@ -203,23 +232,28 @@ def test_line_length(sock_path: Path, length: int, terminated: bool) -> None:
 
 # --- random JSON values and request-shaped objects ----------------------------------
 
-valid_ids = st.one_of(st.none(), st.integers(), st.text(max_size=10),
-                      st.floats(allow_nan=False, allow_infinity=False))
-structured = st.one_of(st.lists(json_values, max_size=3),
-                       st.dictionaries(st.text(max_size=5), json_values, max_size=3))
+valid_ids = st.one_of(
+    st.none(), st.integers(), st.text(max_size=10), st.floats(allow_nan=False, allow_infinity=False)
+)
+structured = st.one_of(
+    st.lists(json_values, max_size=3), st.dictionaries(st.text(max_size=5), json_values, max_size=3)
+)
 well_formed = st.fixed_dictionaries(
     {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["echo", "echo", "nope", "rpc.x"])},
-    optional={"params": structured, "id": valid_ids})
-anything_goes = st.fixed_dictionaries({}, optional={
-    "jsonrpc": st.one_of(st.just("2.0"), json_values),
-    "method": st.one_of(st.just("echo"), json_values),
-    "params": st.one_of(structured, json_values),
-    "id": st.one_of(valid_ids, st.booleans(), st.lists(st.integers(), max_size=2)),
-    "extra": json_values,
-})
+    optional={"params": structured, "id": valid_ids},
+)
+anything_goes = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.one_of(st.just("2.0"), json_values),
+        "method": st.one_of(st.just("echo"), json_values),
+        "params": st.one_of(structured, json_values),
+        "id": st.one_of(valid_ids, st.booleans(), st.lists(st.integers(), max_size=2)),
+        "extra": json_values,
+    },
+)
 requests = st.one_of(well_formed, anything_goes)
-messages = st.one_of(json_values, requests, st.lists(st.one_of(requests, json_values),
-                                                     max_size=6))
+messages = st.one_of(json_values, requests, st.lists(st.one_of(requests, json_values), max_size=6))
 
 
 def expected(message: Any) -> Any:
@@ -236,11 +270,14 @@ def expected(message: Any) -> Any:
 def expected_one(message: Any) -> Any:
     valid_id = isinstance(message, dict) and _valid_id(message.get("id"))
     answer_id = message.get("id") if valid_id else None
-    if not (isinstance(message, dict) and message.get("jsonrpc") == "2.0"
-            and isinstance(message.get("method"), str)
-            and ("params" not in message or isinstance(message["params"], dict | list))
-            and ("id" not in message or valid_id)
-            and set(message) <= {"jsonrpc", "method", "params", "id"}):
+    if not (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and isinstance(message.get("method"), str)
+        and ("params" not in message or isinstance(message["params"], dict | list))
+        and ("id" not in message or valid_id)
+        and set(message) <= {"jsonrpc", "method", "params", "id"}
+    ):
         return ("error", -32600, answer_id)
     if "id" not in message:
         return None
@@ -271,7 +308,8 @@ def test_random_messages(sock_path: Path, message: Any) -> None:
         assert [r["error"]["data"]["kind"] for r in responses] == ["payload_too_large"]
         return
     assert answered(responses, request_id)
-    others = [observed(r) for r in responses
-              if not (isinstance(r, dict) and r.get("id") == request_id)]
+    others = [
+        observed(r) for r in responses if not (isinstance(r, dict) and r.get("id") == request_id)
+    ]
     want = expected(message)
     assert others == ([] if want is None else [want])

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from memd import embedding
 from memd.config import EmbeddingConfig
-from memd.indexing import IndexTarget
-from memd.search import (
+from memd.indexing import embedding
+from memd.indexing.search import (
     Hit,
     IndexSearcher,
     IndexUnavailableError,
@@ -22,6 +21,7 @@ from memd.search import (
     in_range,
     time_filter_expr,
 )
+from memd.indexing.settings import IndexTarget
 from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
 
 COLLECTION = "memd_alice"
@@ -35,6 +35,7 @@ def children() -> Iterator[list[Child]]:
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     yield from short_dir()
+
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 
@@ -53,8 +54,9 @@ TOPICS = [
 
 
 def session_text(start: datetime = T0) -> str:
-    body = "".join(exchange(i + 1, start + timedelta(minutes=10 * i), u, a)
-                   for i, (u, a) in enumerate(TOPICS))
+    body = "".join(
+        exchange(i + 1, start + timedelta(minutes=10 * i), u, a) for i, (u, a) in enumerate(TOPICS)
+    )
     return f"# Conversation 1 ({start:%Y-%m-%d %H:%M:%S} UTC)\n\n{body}"
 
 
@@ -67,16 +69,27 @@ def index_files(uri: str, files: list[Path], max_chunk_size: int = 1500) -> None
     try:
         for path in files:
             source = str(path.resolve())
-            chunks = chunk_markdown(path.read_text(encoding="utf-8"), source=source,
-                                    max_chunk_size=max_chunk_size)
+            chunks = chunk_markdown(
+                path.read_text(encoding="utf-8"), source=source, max_chunk_size=max_chunk_size
+            )
             vectors = embedding.embed([clean_content_for_embedding(c.content) for c in chunks])
-            store.upsert([{
-                "chunk_hash": compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash,
-                                               embedding.MODEL_NAME),
-                "embedding": vec, "content": c.content, "source": c.source,
-                "heading": c.heading, "heading_level": c.heading_level,
-                "start_line": c.start_line, "end_line": c.end_line,
-            } for c, vec in zip(chunks, vectors, strict=True)])
+            store.upsert(
+                [
+                    {
+                        "chunk_hash": compute_chunk_id(
+                            c.source, c.start_line, c.end_line, c.content_hash, embedding.MODEL_NAME
+                        ),
+                        "embedding": vec,
+                        "content": c.content,
+                        "source": c.source,
+                        "heading": c.heading,
+                        "heading_level": c.heading_level,
+                        "start_line": c.start_line,
+                        "end_line": c.end_line,
+                    }
+                    for c, vec in zip(chunks, vectors, strict=True)
+                ]
+            )
     finally:
         store.close()
 
@@ -103,8 +116,9 @@ class Index:
         return f"unix:{self.sock}"
 
     def searcher(self, timeout: float = 10.0) -> IndexSearcher:
-        return IndexSearcher(IndexTarget(self.uri, COLLECTION), EmbeddingConfig(),
-                             root=self.root, timeout=timeout)
+        return IndexSearcher(
+            IndexTarget(self.uri, COLLECTION), EmbeddingConfig(), root=self.root, timeout=timeout
+        )
 
     def write(self, name: str, text: str, max_chunk_size: int = 1500) -> Path:
         path = self.sessions / name
@@ -157,8 +171,9 @@ def test_same_hits_and_scores_as_memsearch(index: Index, searcher: IndexSearcher
 
 def test_time_filter_has_exchange_precision(index: Index, searcher: IndexSearcher) -> None:
     index.write("s1.md", session_text())  # exchanges at 09:00, 09:10, 09:20, 09:30
-    index.write("s1-summary.md", "## Summary\n\nThe user asked about Postgres, France, TLS "
-                                 "and billing.\n")
+    index.write(
+        "s1-summary.md", "## Summary\n\nThe user asked about Postgres, France, TLS and billing.\n"
+    )
     query = "Postgres France TLS billing"
 
     def headings(**kw: Any) -> list[str]:
@@ -166,8 +181,10 @@ def test_time_filter_has_exchange_precision(index: Index, searcher: IndexSearche
 
     assert headings(after=T0 + timedelta(minutes=10)) == ["09:10:00", "09:20:00", "09:30:00"]
     assert headings(before=T0 + timedelta(minutes=10)) == ["09:00:00"]
-    assert headings(after=T0 + timedelta(minutes=5),
-                    before=T0 + timedelta(minutes=25)) == ["09:10:00", "09:20:00"]
+    assert headings(after=T0 + timedelta(minutes=5), before=T0 + timedelta(minutes=25)) == [
+        "09:10:00",
+        "09:20:00",
+    ]
     assert headings(after=T0 + timedelta(hours=1)) == []
     unfiltered = searcher.search(query, top_k=10)
     assert any(h.heading == "Summary" for h in unfiltered)  # summaries have no time
@@ -183,15 +200,19 @@ def test_time_filter_bounds() -> None:
     naive = datetime(2026, 11, 30, 9, 10, 0)  # naive means UTC, like the headings
     assert in_range(t, naive, None) and not in_range(t, None, naive)
     assert time_filter_expr(t, t + timedelta(seconds=30)) == (
-        'heading >= "2026-11-30 09:10:00 UTC" and heading < "2026-11-30 09:10:31 UTC"')
+        'heading >= "2026-11-30 09:10:00 UTC" and heading < "2026-11-30 09:10:31 UTC"'
+    )
 
 
-def test_expand_returns_the_whole_exchange_of_a_split_chunk(index: Index,
-                                                            searcher: IndexSearcher) -> None:
-    long_answer = "\n\n".join(f"Step {i}: " + "drain the node, then cordon it. " * 5
-                              for i in range(6))
-    text = (exchange(1, T0, "How do we upgrade Kubernetes nodes?", long_answer)
-            + exchange(2, T0 + timedelta(minutes=1), "Thanks", "You're welcome."))
+def test_expand_returns_the_whole_exchange_of_a_split_chunk(
+    index: Index, searcher: IndexSearcher
+) -> None:
+    long_answer = "\n\n".join(
+        f"Step {i}: " + "drain the node, then cordon it. " * 5 for i in range(6)
+    )
+    text = exchange(1, T0, "How do we upgrade Kubernetes nodes?", long_answer) + exchange(
+        2, T0 + timedelta(minutes=1), "Thanks", "You're welcome."
+    )
     path = index.write("k8s.md", text, max_chunk_size=300)
     hit = searcher.search("upgrade kubernetes nodes drain cordon", top_k=1)[0]
     assert len(hit.content) <= 300
@@ -203,8 +224,7 @@ def test_expand_returns_the_whole_exchange_of_a_split_chunk(index: Index,
     assert section.end_line < len(lines) and lines[section.end_line].startswith("## ")
 
 
-def test_expand_falls_back_to_the_chunk_when_the_file_is_gone_or_outside(
-        tmp_path: Path) -> None:
+def test_expand_falls_back_to_the_chunk_when_the_file_is_gone_or_outside(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.md"
     outside.write_text("## h\n\nsecret text\n", encoding="utf-8")
     hit = Hit("abc", str(outside), "h", 2, "indexed text", 1.0, 1, 3)
@@ -218,15 +238,17 @@ def test_nothing_indexed_yet_is_an_empty_result(index: Index, searcher: IndexSea
     assert searcher.search("anything") == []  # no collection yet
     from memsearch.store import MilvusStore
 
-    MilvusStore(index.uri, collection=COLLECTION, dimension=256,
-                _create_if_missing=True)._ensure_collection_for_write()
+    MilvusStore(
+        index.uri, collection=COLLECTION, dimension=256, _create_if_missing=True
+    )._ensure_collection_for_write()
     assert searcher.search("anything") == []  # collection, no rows
     assert searcher.count() == 0
 
 
 def test_missing_index_server_raises_index_unavailable(short_tmp: Path) -> None:
-    s = IndexSearcher(IndexTarget(f"unix:{short_tmp / 'none.sock'}", COLLECTION),
-                      EmbeddingConfig(), timeout=2.0)
+    s = IndexSearcher(
+        IndexTarget(f"unix:{short_tmp / 'none.sock'}", COLLECTION), EmbeddingConfig(), timeout=2.0
+    )
     with pytest.raises(IndexUnavailableError):
         s.search("hello")
     s.close()
@@ -268,7 +290,7 @@ def test_time_filter_at_the_end_of_time_does_not_overflow() -> None:
     """Found by fuzzing memory.recall: before=9999-12-31T23:59:59Z raised OverflowError."""
     from datetime import UTC, datetime
 
-    from memd.search import time_filter_expr
+    from memd.indexing.search import time_filter_expr
 
     end = datetime(9999, 12, 31, 23, 59, 59)
     assert time_filter_expr(None, end) == ""

@@ -39,10 +39,10 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     assert memd.exists()
     unit = tmp_path / "memd.service"
     unit.write_text(UNIT.read_text().replace("%h/.local/bin/memd", str(memd)))
-    out = subprocess.run(["systemd-analyze", "verify", str(unit)],
-                         capture_output=True, text=True, timeout=60)
-    problems = [line for line in (out.stdout + out.stderr).splitlines()
-                if "memd.service" in line]
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    problems = [line for line in (out.stdout + out.stderr).splitlines() if "memd.service" in line]
     assert out.returncode == 0 and not problems, out.stdout + out.stderr
 
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from memd import transcript
 from memd.layout import ClientLayout
+from memd.markdown import transcript
 
 RECORDER = textwrap.dedent("""
     import asyncio, json, sys, time
     from pathlib import Path
     import structlog
     from memd.layout import ClientLayout
-    from memd.sessions import ClientSessions
+    from memd.sessions.tracker import ClientSessions
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
@@ -71,8 +71,12 @@ def _fire_and_kill(script: Path, root: Path, round_: int, kill_after: float) -> 
     that many seconds after the first line, which sometimes lands between a transcript
     fsync and its state commit, the case recovery must cut back.
     """
-    proc = subprocess.Popen([sys.executable, str(script), str(root), "fire", str(round_)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root), "fire", str(round_)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 60
@@ -116,18 +120,31 @@ def test_kill_mid_burst_keeps_every_acknowledged_exchange_once(tmp_path: Path) -
                 sessions.add(rest[0])
         assert len(sessions) == 1, "a restart must continue the same session file"
         sid = next(iter(sessions))
-        proc = subprocess.run([sys.executable, str(script), str(root), "continue", str(round_)],
-                              capture_output=True, text=True, timeout=60, check=True)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(root), "continue", str(round_)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["idle"] == []
         assert result["exchange"]["session_id"] == sid
         assert result["exchange"]["conversation"] == numbers["conv-0"]
-        assert (result["chat"]["session_id"], result["chat"]["new_conversation"],
-                result["chat"]["match"]) == (sid, False, "continuation")
+        assert (
+            result["chat"]["session_id"],
+            result["chat"]["new_conversation"],
+            result["chat"]["match"],
+        ) == (sid, False, "continuation")
 
         parsed = transcript.read_transcript(layout.session_file(sid))
-        users = Counter(p.text for c in parsed.conversations for e in c.exchanges
-                        for p in e.parts if p.label == "User")
+        users = Counter(
+            p.text
+            for c in parsed.conversations
+            for e in c.exchanges
+            for p in e.parts
+            if p.label == "User"
+        )
         missing = [x for x in acked if users[f"user {x}"] != 1]
         assert missing == [], f"acknowledged but not recorded exactly once: {missing[:5]}"
         assert max(users.values()) == 1

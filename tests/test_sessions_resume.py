@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from memd import transcript
-from memd.compaction import Compactor
+from memd.compaction.service import Compactor
 from memd.config import CompactionConfig
 from memd.errors import StorageError
 from memd.layout import ClientLayout
-from memd.session_store import Change, StateStore
-from memd.sessions import ClientSessions
-from memd.transcript import Part
+from memd.markdown import transcript
+from memd.markdown.transcript import Part
+from memd.sessions.store import Change, StateStore
+from memd.sessions.tracker import ClientSessions
 from tests.support.fake_llm import FakeLLM
 from tests.support.sessions import T0, Clock, open_sessions, run
 
@@ -75,7 +75,8 @@ def test_continuation_of_an_ended_session_appends_in_place(tmp_path: Path) -> No
         clock = Clock()
         events: list[tuple[str, str, str]] = []
         async with store(
-            tmp_path, clock,
+            tmp_path,
+            clock,
             on_end=[lambda i: events.append(("end", i["session_id"], i["state"]))],
             on_resume=[lambda i: events.append(("resume", i["session_id"], i["old_state"]))],
             on_restore=[lambda i: events.append(("restore", i["session_id"], i["state"]))],
@@ -98,25 +99,40 @@ def test_continuation_of_an_ended_session_appends_in_place(tmp_path: Path) -> No
             current = cs.active_session()
             actives = [x["session_id"] for x in cs.active_sessions()]
 
-        assert (cont["session_id"], cont["conversation"], cont["match"], cont["appended"]) \
-            == (s1, 1, "continuation", 2)
+        assert (cont["session_id"], cont["conversation"], cont["match"], cont["appended"]) == (
+            s1,
+            1,
+            "continuation",
+            2,
+        )
         assert (m2["session_id"], m2["conversation"]) == (s1, m1["conversation"])
         assert new["session_id"] == s2, "new conversations still go to the current session"
         assert layout.session_file(s2).read_bytes().startswith(current_before)
         assert "q2" not in layout.session_file(s2).read_text()
         assert texts(layout.session_file(s1)) == [
-            "q1 FACT-a", "a1", "mcp question", "mcp answer", "q2", "a2", "mcp again", "mcp reply"]
+            "q1 FACT-a",
+            "a1",
+            "mcp question",
+            "mcp answer",
+            "q2",
+            "a2",
+            "mcp again",
+            "mcp reply",
+        ]
         parsed = transcript.read_transcript(layout.session_file(s1))
         assert [c.number for c in parsed.conversations] == [1, 2, 1, 2]
         assert parsed.conversations[2].info.endswith("continued")  # no "continued from"
-        assert (sessions[s1]["state"], sessions[s1]["resumed"], sessions[s1]["resumes"],
-                sessions[s1]["ended"]) == ("active", iso(12), 1, None)
+        assert (
+            sessions[s1]["state"],
+            sessions[s1]["resumed"],
+            sessions[s1]["resumes"],
+            sessions[s1]["ended"],
+        ) == ("active", iso(12), 1, None)
         assert sessions[s1]["expires"] == iso(12 + 30)
         assert (sessions[s2]["resumed"], sessions[s2]["resumes"]) == (None, 0)
         assert current is not None and current["session_id"] == s2
         assert actives == [s1, s2]
-        assert events == [("end", s1, "ended"), ("restore", s1, "ended"),
-                          ("resume", s1, "ended")]
+        assert events == [("end", s1, "ended"), ("restore", s1, "ended"), ("resume", s1, "ended")]
 
     run(scenario)
 
@@ -131,8 +147,11 @@ def test_duplicate_of_an_ended_conversation_does_not_reopen_it(tmp_path: Path) -
             again = await cs.record_chat([u("q1")], a("a1"))
             [row] = await cs.list_sessions()
         assert (again["match"], again["appended"]) == ("duplicate", 0)
-        assert (row["session_id"], row["state"], row["resumes"]) == \
-            (first["session_id"], "ended", 0)
+        assert (row["session_id"], row["state"], row["resumes"]) == (
+            first["session_id"],
+            "ended",
+            0,
+        )
 
     run(scenario)
 
@@ -144,9 +163,13 @@ def test_late_record_reopens_its_due_session_in_one_step(tmp_path: Path) -> None
         clock = Clock()
         ended: list[str] = []
         restores: list[str] = []
-        async with store(tmp_path, clock, inactivity_minutes=10,
-                         on_end=[lambda i: ended.append(i["session_id"])],
-                         on_restore=[lambda i: restores.append(i["session_id"])]) as cs:
+        async with store(
+            tmp_path,
+            clock,
+            inactivity_minutes=10,
+            on_end=[lambda i: ended.append(i["session_id"])],
+            on_restore=[lambda i: restores.append(i["session_id"])],
+        ) as cs:
             first = await cs.record_chat([u("q1")], a("a1"))
             clock.at(11)
             cont = await cs.record_chat([u("q1"), a("a1"), u("q2")], a("a2"))
@@ -154,8 +177,11 @@ def test_late_record_reopens_its_due_session_in_one_step(tmp_path: Path) -> None
             rows = await by_id(cs)
         sid = first["session_id"]
         assert cont["session_id"] == sid and fresh["session_id"] != sid
-        assert (rows[sid]["state"], rows[sid]["resumed"], rows[sid]["resumes"]) == \
-            ("active", iso(11), 1)
+        assert (rows[sid]["state"], rows[sid]["resumed"], rows[sid]["resumes"]) == (
+            "active",
+            iso(11),
+            1,
+        )
         assert ended == [] and restores == []  # nothing left sessions/: nothing to undo
         assert texts(Path(first["path"])) == ["q1", "a1", "q2", "a2"]
 
@@ -176,12 +202,14 @@ def test_concurrent_continuations_reopen_once(tmp_path: Path) -> None:
             await cs.close_active()
             clock.at(1)
             results = await asyncio.gather(
-                *(cs.record_exchange("mcp-1", f"u{i}", f"a{i}") for i in range(1, 6)))
+                *(cs.record_exchange("mcp-1", f"u{i}", f"a{i}") for i in range(1, 6))
+            )
             [row] = await cs.list_sessions()
         assert {r["session_id"] for r in results} == {first["session_id"]}
         assert restores == [first["session_id"]] and row["resumes"] == 1
         assert sorted(texts(Path(first["path"]))) == sorted(
-            [f"u{i}" for i in range(6)] + [f"a{i}" for i in range(6)])
+            [f"u{i}" for i in range(6)] + [f"a{i}" for i in range(6)]
+        )
 
     run(scenario)
 
@@ -197,12 +225,18 @@ def test_end_hooks_finish_before_the_restore_hook(tmp_path: Path) -> None:
             await asyncio.sleep(0.05)
             order.append("end")
 
-        async with store(tmp_path, clock, inactivity_minutes=10, on_end=[slow_end],
-                         on_restore=[lambda i: order.append("restore")]) as cs:
+        async with store(
+            tmp_path,
+            clock,
+            inactivity_minutes=10,
+            on_end=[slow_end],
+            on_restore=[lambda i: order.append("restore")],
+        ) as cs:
             await cs.record_chat([u("q1")], a("a1"))
             clock.at(20)
             expired, cont = await asyncio.gather(
-                cs.expire(), cs.record_chat([u("q1"), a("a1"), u("q2")], a("a2")))
+                cs.expire(), cs.record_chat([u("q1"), a("a1"), u("q2")], a("a2"))
+            )
         assert len(expired) == 1 and cont["match"] == "continuation"
         assert order == ["end", "restore"]
 
@@ -237,8 +271,11 @@ def test_compacted_session_without_hooks_is_restored_by_the_store(tmp_path: Path
         assert texts(layout.session_file(sid)) == ["q1", "a1", "q2", "a2"]
         assert not layout.archive_file(sid).exists()
         assert not layout.summary_file(sid).exists()
-        assert (row["state"], row["path"], row["resumes"]) == \
-            ("active", str(layout.session_file(sid)), 1)
+        assert (row["state"], row["path"], row["resumes"]) == (
+            "active",
+            str(layout.session_file(sid)),
+            1,
+        )
         assert (info["session_id"], info["end_reason"]) == (sid, "inactivity")
         assert [e["session_id"] for e in ended] == [sid, sid]
 
@@ -290,19 +327,29 @@ def fake() -> Iterator[FakeLLM]:
 
 
 @contextlib.asynccontextmanager
-async def compacting(root: Path, clock: Clock, fake: FakeLLM
-                     ) -> AsyncIterator[tuple[ClientSessions, Compactor]]:
+async def compacting(
+    root: Path, clock: Clock, fake: FakeLLM
+) -> AsyncIterator[tuple[ClientSessions, Compactor]]:
     """Sessions wired to a real Compactor the way the daemon wires them."""
     layout = ClientLayout(root, CLIENT)
     layout.ensure()
-    comp = Compactor(CompactionConfig(enabled=True, llm_model="fake-model",
-                                      base_url=fake.base_url, api_key="sk-test"))
+    comp = Compactor(
+        CompactionConfig(
+            enabled=True, llm_model="fake-model", base_url=fake.base_url, api_key="sk-test"
+        )
+    )
 
     async def restore(info: dict[str, Any]) -> None:
         await comp.restore(info["client_id"], info["session_id"])
 
-    sessions = ClientSessions(layout, clock=clock, inactivity_minutes=30, max_minutes=60,
-                              on_end=[comp.on_end_hook(layout)], on_restore=[restore])
+    sessions = ClientSessions(
+        layout,
+        clock=clock,
+        inactivity_minutes=30,
+        max_minutes=60,
+        on_end=[comp.on_end_hook(layout)],
+        on_restore=[restore],
+    )
 
     async def mark(client_id: str, session_id: str) -> None:
         await sessions.mark_compacted(session_id)
@@ -317,8 +364,9 @@ async def compacting(root: Path, clock: Clock, fake: FakeLLM
         await comp.close()
 
 
-def test_compacted_session_is_restored_appended_and_compacted_again(tmp_path: Path,
-                                                                    fake: FakeLLM) -> None:
+def test_compacted_session_is_restored_appended_and_compacted_again(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
     layout = ClientLayout(tmp_path, CLIENT)
 
     async def scenario() -> None:
@@ -337,7 +385,8 @@ def test_compacted_session_is_restored_appended_and_compacted_again(tmp_path: Pa
             clock.at(100)
             cont = await cs.record_chat(
                 [u("my cat is FACT-cat"), a("Nice cat."), u("and my dog is FACT-dog")],
-                a("Nice dog."))
+                a("Nice dog."),
+            )
             assert cont["session_id"] == sid and cont["match"] == "continuation"
             live = layout.session_file(sid).read_bytes()
             assert live.startswith(archived) and b"FACT-dog" in live
@@ -412,8 +461,12 @@ def test_max_duration_restarts_at_resume(tmp_path: Path) -> None:
             assert await cs.expire() == []
             clock.at(160.1)
             [info] = await cs.expire()
-        assert (info["session_id"], info["end_reason"], info["ended"], info["started"]) == \
-            (first["session_id"], "max_duration", iso(160), iso(0))
+        assert (info["session_id"], info["end_reason"], info["ended"], info["started"]) == (
+            first["session_id"],
+            "max_duration",
+            iso(160),
+            iso(0),
+        )
         assert (info["resumed"], info["resumes"]) == (iso(100), 1)
 
     run(scenario)
@@ -423,8 +476,13 @@ def test_two_active_sessions_expire_independently(tmp_path: Path) -> None:
     async def scenario() -> None:
         clock = Clock()
         ended: list[str] = []
-        async with store(tmp_path, clock, inactivity_minutes=30, max_minutes=600,
-                         on_end=[lambda i: ended.append(i["session_id"])]) as cs:
+        async with store(
+            tmp_path,
+            clock,
+            inactivity_minutes=30,
+            max_minutes=600,
+            on_end=[lambda i: ended.append(i["session_id"])],
+        ) as cs:
             old = (await cs.record_exchange("old", "u", "a"))["session_id"]
             await cs.close_active()
             clock.at(5)
@@ -432,7 +490,7 @@ def test_two_active_sessions_expire_independently(tmp_path: Path) -> None:
             clock.at(50)
             await cs.record_exchange("old", "u", "a")  # reopens `old`
             await cs.record_exchange("new", "u", "a")  # `cur` was idle 45 min: ends, and
-            cur2 = cs.active_session()                 # its conversation reopens it
+            cur2 = cs.active_session()  # its conversation reopens it
             assert cur2 is None
             newest = (await cs.record_exchange("newest", "u", "a"))["session_id"]
             clock.at(70)
@@ -463,8 +521,10 @@ def test_close_active_ends_the_current_session_first_then_resumed_ones(tmp_path:
             await cs.record_exchange("old", "u", "a")
             closed = await cs.close_active()
             assert await cs.close_active() == []
-        assert [(c["session_id"], c["state"], c["end_reason"]) for c in closed] == \
-            [(cur, "ended", "closed"), (old, "ended", "closed")]
+        assert [(c["session_id"], c["state"], c["end_reason"]) for c in closed] == [
+            (cur, "ended", "closed"),
+            (old, "ended", "closed"),
+        ]
 
     run(scenario)
 
@@ -492,14 +552,18 @@ def test_state_database_of_the_first_release_is_migrated(tmp_path: Path) -> None
     layout.ensure()
     sid = "2027-01-15T08-00-00Z-0abc"
     when = datetime.fromtimestamp(T0, UTC)
-    body = (transcript.front_matter(CLIENT, sid, T0) + transcript.conversation_header(1, when)
-            + transcript.exchange_block(1, when, [Part("User", "u1"), Part("Assistant", "a1")])
-            ).encode()
+    body = (
+        transcript.front_matter(CLIENT, sid, T0)
+        + transcript.conversation_header(1, when)
+        + transcript.exchange_block(1, when, [Part("User", "u1"), Part("Assistant", "a1")])
+    ).encode()
     layout.session_file(sid).write_bytes(body)
     db = sqlite3.connect(layout.state_dir / "state.sqlite3")
     db.executescript(OLD_SCHEMA)
-    db.execute("INSERT INTO sessions VALUES (?, 'active', ?, ?, NULL, NULL, 1, 1, ?, ?)",
-               (sid, T0, T0, len(body), transcript.tail_digest(body)))
+    db.execute(
+        "INSERT INTO sessions VALUES (?, 'active', ?, ?, NULL, NULL, 1, 1, ?, ?)",
+        (sid, T0, T0, len(body), transcript.tail_digest(body)),
+    )
     db.execute("INSERT INTO conversations VALUES (1, 'mcp', 'mcp-1', ?, 1, 1, ?)", (sid, T0))
     db.commit()
     db.close()
@@ -538,14 +602,17 @@ def test_state_follows_the_file_after_a_crash_around_a_move(tmp_path: Path) -> N
         async with store(tmp_path, clock) as cs:
             rows = await by_id(cs)
         assert (rows[one]["state"], rows[one]["path"]) == ("ended", str(layout.session_file(one)))
-        assert (rows[two]["state"], rows[two]["path"]) == ("compacted",
-                                                           str(layout.archive_file(two)))
+        assert (rows[two]["state"], rows[two]["path"]) == (
+            "compacted",
+            str(layout.archive_file(two)),
+        )
 
     run(scenario)
 
 
 def test_reopen_commits_the_restored_size_so_recovery_cuts_only_what_follows(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A crash after a resume's commit but before its first append commit is cut back."""
     layout = ClientLayout(tmp_path, CLIENT)
 
@@ -562,8 +629,11 @@ def test_reopen_commits_the_restored_size_so_recovery_cuts_only_what_follows(
         disk.commit([Change(session_rows=[sess.row()], reopen=sid)])  # what a resume commits
         disk.close()
         with open(layout.session_file(sid), "ab") as fh:  # an append that was never committed
-            fh.write(transcript.exchange_block(2, datetime.fromtimestamp(T0 + 60, UTC),
-                                               [Part("User", "lost")]).encode())
+            fh.write(
+                transcript.exchange_block(
+                    2, datetime.fromtimestamp(T0 + 60, UTC), [Part("User", "lost")]
+                ).encode()
+            )
         async with store(tmp_path, Clock(T0 + 120)) as cs:
             assert layout.session_file(sid).read_bytes() == raw
             [row] = await cs.list_sessions()
@@ -578,9 +648,9 @@ RECORDER = textwrap.dedent("""
     import asyncio, json, sys
     from pathlib import Path
     import structlog
-    from memd import transcript
+    from memd.markdown import transcript
     from memd.layout import ClientLayout
-    from memd.sessions import ClientSessions
+    from memd.sessions.tracker import ClientSessions
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
@@ -627,13 +697,22 @@ def test_kill_after_a_resume_keeps_the_resumed_state(tmp_path: Path) -> None:
     layout = ClientLayout(root, "crash")
 
     def step(name: str) -> dict[str, Any]:
-        proc = subprocess.run([sys.executable, str(script), str(root), name],
-                              capture_output=True, text=True, timeout=60, check=True)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(root), name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     ids = step("setup")
-    proc = subprocess.Popen([sys.executable, str(script), str(root), "fire"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root), "fire"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     acked: list[str] = []
     deadline = time.monotonic() + 60
@@ -660,8 +739,13 @@ def test_kill_after_a_resume_keeps_the_resumed_state(tmp_path: Path) -> None:
     assert not layout.archive_file(ids["old"]).exists()
 
     parsed = transcript.read_transcript(layout.session_file(ids["old"]))
-    users = Counter(p.text for c in parsed.conversations for e in c.exchanges
-                    for p in e.parts if p.label == "User")
+    users = Counter(
+        p.text
+        for c in parsed.conversations
+        for e in c.exchanges
+        for p in e.parts
+        if p.label == "User"
+    )
     assert [x for x in acked if users[f"user {x}"] != 1] == []
     assert max(users.values()) == 1 and users["first"] == 1 and users["after restart"] == 1
     numbers = [e.number for c in parsed.conversations for e in c.exchanges]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memd.child import Child, ChildSpec, StateError
-from memd.states import (
+from memd.supervision.child import Child, ChildSpec, StateError
+from memd.supervision.states import (
     ALL_STATES,
     IDLE_STATES,
     RUNNING_STATES,
@@ -19,7 +19,7 @@ from memd.states import (
     STOPPED_STATES,
     ProcessStates,
 )
-from memd.supervisor import Supervisor
+from memd.supervision.supervisor import Supervisor
 
 S = ProcessStates
 
@@ -96,9 +96,15 @@ class FakeClock:
 
 def make_spec(**kw: object) -> ChildSpec:
     values: dict[str, object] = {
-        "name": "w", "argv": ("prog",), "startsecs": 3.0, "startretries": 3,
-        "backoff_start": 1.0, "backoff_cap": 60.0, "reset_after": 60.0,
-        "stop_timeout": 10.0, "kill_timeout": 5.0,
+        "name": "w",
+        "argv": ("prog",),
+        "startsecs": 3.0,
+        "startretries": 3,
+        "backoff_start": 1.0,
+        "backoff_cap": 60.0,
+        "reset_after": 60.0,
+        "stop_timeout": 10.0,
+        "kill_timeout": 5.0,
     }
     values.update(kw)
     return ChildSpec(**values)  # type: ignore[arg-type]
@@ -248,7 +254,8 @@ def test_unkillable_child_is_abandoned_after_kill_timeout() -> None:
     [(10.0, 8.0), (59.9, 8.0), (60.0, 1.0), (3_600.0, 1.0)],
 )
 def test_healthy_run_of_reset_after_resets_the_backoff(
-    ran_for: float, expected_delay: float,
+    ran_for: float,
+    expected_delay: float,
 ) -> None:
     child, spawner = make_child(startretries=5)
     child.start(0.0)
@@ -353,8 +360,10 @@ def test_spec_is_validated_and_equality_ignores_the_readiness_callable() -> None
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("advance"), st.floats(min_value=0.0, max_value=30.0)),
-        st.tuples(st.sampled_from(["start", "stop", "kill", "reset", "step", "toggle_ready"]),
-                  st.just(0.0)),
+        st.tuples(
+            st.sampled_from(["start", "stop", "kill", "reset", "step", "toggle_ready"]),
+            st.just(0.0),
+        ),
         st.tuples(st.just("exit"), st.integers(min_value=-15, max_value=3).map(float)),
     ),
     max_size=60,
@@ -364,7 +373,8 @@ OPS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS, obeys_sigint=st.booleans())
 def test_random_operations_keep_the_invariants(
-    ops: list[tuple[str, float]], obeys_sigint: bool,
+    ops: list[tuple[str, float]],
+    obeys_sigint: bool,
 ) -> None:
     ready = {"ok": True}
     child, spawner = make_child(startretries=2, ready=lambda: ready["ok"], ready_timeout=20.0)

@@ -18,16 +18,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from memd.child import ChildSpec
-from memd.procs import (
+from memd.supervision.child import ChildSpec
+from memd.supervision.procs import (
     PopenSpawner,
     cmdline_matches,
     reap_leftovers,
     redact_argv,
     rotate_log,
 )
-from memd.states import ProcessStates
-from memd.supervisor import Supervisor
+from memd.supervision.states import ProcessStates
+from memd.supervision.supervisor import Supervisor
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
 
@@ -59,8 +59,9 @@ except KeyboardInterrupt:
 """
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,
-               sup: Supervisor | None = None) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 20.0, sup: Supervisor | None = None
+) -> None:
     """Poll (ticking the supervisor) until predicate holds; a bound, not a speed check."""
     deadline = time.monotonic() + timeout
     while True:
@@ -100,13 +101,20 @@ def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
 
 
 def test_child_ignoring_sigint_is_killed_with_its_grandchild(
-    tmp_path: Path, supervisor: Supervisor,
+    tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
     marker = tmp_path / "grandchild.pid"
-    supervisor.add(ChildSpec(
-        name="stubborn", argv=(PY, "-c", IGNORES_SIGINT, str(marker)), startsecs=0.1,
-        ready=marker.exists, stop_timeout=0.5, log_path=tmp_path / "stubborn.log",
-    ))
+    supervisor.add(
+        ChildSpec(
+            name="stubborn",
+            argv=(PY, "-c", IGNORES_SIGINT, str(marker)),
+            startsecs=0.1,
+            ready=marker.exists,
+            stop_timeout=0.5,
+            log_path=tmp_path / "stubborn.log",
+        )
+    )
     assert asyncio.run(supervisor.wait_ready("stubborn", timeout=30.0))
     grandchild = int(marker.read_text())
     assert asyncio.run(supervisor.stop("stubborn")) is True
@@ -116,15 +124,21 @@ def test_child_ignoring_sigint_is_killed_with_its_grandchild(
 
 
 def test_grandchildren_left_behind_by_an_exiting_child_are_killed(
-    tmp_path: Path, supervisor: Supervisor,
+    tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
     marker = tmp_path / "grandchild.pid"
     script = IGNORES_SIGINT.replace("time.sleep(600)\n", "time.sleep(0)\n")
     script += "while not __import__('os').path.exists(sys.argv[1]): time.sleep(0.02)\n"
     script += "sys.exit(4)\n"
-    supervisor.add(ChildSpec(
-        name="leaver", argv=(PY, "-c", script, str(marker)), startsecs=60.0, startretries=0,
-    ))
+    supervisor.add(
+        ChildSpec(
+            name="leaver",
+            argv=(PY, "-c", script, str(marker)),
+            startsecs=60.0,
+            startretries=0,
+        )
+    )
     wait_until(lambda: supervisor.child("leaver").state == S.FATAL, sup=supervisor)
     assert supervisor.status()["leaver"].last_exit_code == 4
     wait_until(lambda: gone(int(marker.read_text())), timeout=10.0)
@@ -140,12 +154,18 @@ def sigint_ignored(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_child_of_a_parent_ignoring_sigint_still_stops_on_sigint(
-    tmp_path: Path, supervisor: Supervisor,
+    tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
-    supervisor.add(ChildSpec(
-        name="watchlike", argv=(PY, "-c", STOPS_ON_SIGINT, str(tmp_path)), startsecs=0.1,
-        ready=(tmp_path / "up").exists, stop_timeout=15.0,
-    ))
+    supervisor.add(
+        ChildSpec(
+            name="watchlike",
+            argv=(PY, "-c", STOPS_ON_SIGINT, str(tmp_path)),
+            startsecs=0.1,
+            ready=(tmp_path / "up").exists,
+            stop_timeout=15.0,
+        )
+    )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # like `memd run &` from a script
     try:
         supervisor.step()
@@ -169,8 +189,8 @@ def test_child_of_a_parent_ignoring_sigint_still_stops_on_sigint(
 
 LAUNCHER = """
 import asyncio, pathlib, sys
-from memd.child import ChildSpec
-from memd.supervisor import Supervisor
+from memd.supervision.child import ChildSpec
+from memd.supervision.supervisor import Supervisor
 
 async def main():
     sup = Supervisor(tick=0.05)
@@ -204,8 +224,13 @@ def test_children_die_when_the_supervisor_is_sigkilled(tmp_path: Path) -> None:
 
 
 def write_record(path: Path, proc: psutil.Process, argv: list[str], **overrides: object) -> None:
-    record = {"pid": proc.pid, "create_time": proc.create_time(), "argv": argv,
-              "name": path.stem, "stop_signal": int(signal.SIGINT)}
+    record = {
+        "pid": proc.pid,
+        "create_time": proc.create_time(),
+        "argv": argv,
+        "name": path.stem,
+        "stop_signal": int(signal.SIGINT),
+    }
     record.update(overrides)
     path.write_text(json.dumps(record))
 
@@ -218,30 +243,46 @@ def test_reap_leftovers_kills_recorded_children_and_nothing_else(tmp_path: Path)
     script.write_text(f"#!{PY}\n{STOPS_ON_SIGINT}")
     script.chmod(0o700)
     sup = Supervisor()
-    sup.add(ChildSpec(name="watch", argv=(str(script), str(tmp_path)), startsecs=0.1,
-                      ready=(tmp_path / "up").exists, pidfile=pids / "watch.pid"))
+    sup.add(
+        ChildSpec(
+            name="watch",
+            argv=(str(script), str(tmp_path)),
+            startsecs=0.1,
+            ready=(tmp_path / "up").exists,
+            pidfile=pids / "watch.pid",
+        )
+    )
     assert asyncio.run(sup.wait_ready("watch", timeout=30.0))
     leftover = sup.status()["watch"].pid
     assert leftover is not None
     assert json.loads((pids / "watch.pid").read_text())["pid"] == leftover
     # A stubborn leftover that only SIGKILL stops.
     stubborn_marker = tmp_path / "stubborn-grandchild"
-    stubborn = subprocess.Popen([PY, "-c", IGNORES_SIGINT, str(stubborn_marker)],
-                                start_new_session=True)
+    stubborn = subprocess.Popen(
+        [PY, "-c", IGNORES_SIGINT, str(stubborn_marker)], start_new_session=True
+    )
     wait_until(stubborn_marker.exists)
-    write_record(pids / "stubborn.pid", psutil.Process(stubborn.pid),
-                 [PY, "-c", IGNORES_SIGINT, str(stubborn_marker)])
+    write_record(
+        pids / "stubborn.pid",
+        psutil.Process(stubborn.pid),
+        [PY, "-c", IGNORES_SIGINT, str(stubborn_marker)],
+    )
     # Unrelated processes whose pids sit in stale pidfiles.
     unrelated = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
     try:
         other = psutil.Process(unrelated.pid)
         write_record(pids / "other-cmdline.pid", other, ["memsearch", "watch", "/x"])
-        write_record(pids / "other-time.pid", other, [PY, "-c", "import time; time.sleep(60)"],
-                     create_time=other.create_time() - 100.0)
+        write_record(
+            pids / "other-time.pid",
+            other,
+            [PY, "-c", "import time; time.sleep(60)"],
+            create_time=other.create_time() - 100.0,
+        )
         dead = subprocess.Popen([PY, "-c", "pass"])
         dead.wait()
-        (pids / "dead.pid").write_text(json.dumps({"pid": dead.pid, "create_time": 1.0,
-                                                   "argv": [PY]}))
+        (pids / "dead.pid").write_text(
+            json.dumps({"pid": dead.pid, "create_time": 1.0, "argv": [PY]})
+        )
         (pids / "corrupt.pid").write_text("{not json")
 
         reaped = reap_leftovers(pids, timeout=1.0)
@@ -265,30 +306,57 @@ def test_reap_leftovers_kills_recorded_children_and_nothing_else(tmp_path: Path)
 def test_cmdline_matching_rules() -> None:
     argv = ["memsearch", "watch", "/m/sessions"]
     assert cmdline_matches(argv, argv)
-    assert cmdline_matches(argv, ["/venv/bin/python3", "/venv/bin/memsearch", "watch",
-                                  "/m/sessions"])
-    assert not cmdline_matches(argv, ["/venv/bin/python3", "/venv/bin/memsearch", "watch",
-                                      "/other"])
+    assert cmdline_matches(
+        argv, ["/venv/bin/python3", "/venv/bin/memsearch", "watch", "/m/sessions"]
+    )
+    assert not cmdline_matches(
+        argv, ["/venv/bin/python3", "/venv/bin/memsearch", "watch", "/other"]
+    )
     assert not cmdline_matches(argv, ["/usr/bin/vim", "watch", "/m/sessions"])
     assert not cmdline_matches(argv, ["watch", "/m/sessions"])
     assert not cmdline_matches(argv, [])
 
 
 def test_secrets_on_the_command_line_stay_out_of_logs() -> None:
-    argv = ["memsearch", "watch", "/s", "--api-key", "sk-1", "--milvus-token=t0k", "--model",
-            "m", "--keyfile-free"]
-    assert redact_argv(argv) == ["memsearch", "watch", "/s", "--api-key", "***",
-                                 "--milvus-token=***", "--model", "m", "--keyfile-free"]
+    argv = [
+        "memsearch",
+        "watch",
+        "/s",
+        "--api-key",
+        "sk-1",
+        "--milvus-token=t0k",
+        "--model",
+        "m",
+        "--keyfile-free",
+    ]
+    assert redact_argv(argv) == [
+        "memsearch",
+        "watch",
+        "/s",
+        "--api-key",
+        "***",
+        "--milvus-token=***",
+        "--model",
+        "m",
+        "--keyfile-free",
+    ]
 
 
 def test_failing_child_goes_fatal_with_exit_code_and_log_tail(
-    tmp_path: Path, supervisor: Supervisor,
+    tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
     log = tmp_path / "logs" / "bad.log"
-    supervisor.add(ChildSpec(
-        name="bad", argv=(PY, "-c", "print('dimension mismatch: 256 != 384'); raise SystemExit(3)"),
-        startsecs=5.0, startretries=2, backoff_start=0.05, log_path=log,
-    ))
+    supervisor.add(
+        ChildSpec(
+            name="bad",
+            argv=(PY, "-c", "print('dimension mismatch: 256 != 384'); raise SystemExit(3)"),
+            startsecs=5.0,
+            startretries=2,
+            backoff_start=0.05,
+            log_path=log,
+        )
+    )
     wait_until(lambda: supervisor.child("bad").state == S.FATAL, sup=supervisor)
     status = supervisor.status()["bad"]
     assert status.last_exit_code == 3 and status.restarts == 2
@@ -298,8 +366,14 @@ def test_failing_child_goes_fatal_with_exit_code_and_log_tail(
 
 
 def test_missing_program_is_a_spawn_failure(tmp_path: Path, supervisor: Supervisor) -> None:
-    supervisor.add(ChildSpec(name="nope", argv=("memd-no-such-program-xyz",), startretries=0,
-                             env={"PATH": str(tmp_path)}))
+    supervisor.add(
+        ChildSpec(
+            name="nope",
+            argv=("memd-no-such-program-xyz",),
+            startretries=0,
+            env={"PATH": str(tmp_path)},
+        )
+    )
     wait_until(lambda: supervisor.child("nope").state == S.FATAL, sup=supervisor)
     error = supervisor.status()["nope"].last_error
     assert error is not None and "not found" in error
@@ -308,9 +382,17 @@ def test_missing_program_is_a_spawn_failure(tmp_path: Path, supervisor: Supervis
 def test_live_log_rotation_keeps_the_child_writing_at_the_new_end(tmp_path: Path) -> None:
     log = tmp_path / "chatty.log"
     spec = ChildSpec(
-        name="chatty", log_path=log, log_max_bytes=2_000, log_backups=2,
-        argv=(PY, "-u", "-c", "import time\nfor i in range(10**6):\n"
-                              "    print('line', i, 'x' * 40); time.sleep(0.002)"),
+        name="chatty",
+        log_path=log,
+        log_max_bytes=2_000,
+        log_backups=2,
+        argv=(
+            PY,
+            "-u",
+            "-c",
+            "import time\nfor i in range(10**6):\n"
+            "    print('line', i, 'x' * 40); time.sleep(0.002)",
+        ),
     )
     proc = PopenSpawner().spawn(spec)
     try:
@@ -349,11 +431,22 @@ class _EmbeddingStub(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
-        data = [{"object": "embedding", "index": i,
-                 "embedding": [b / 255 for b in hashlib.sha256(str(t).encode()).digest()[:8]]}
-                for i, t in enumerate(texts)]
-        out = json.dumps({"object": "list", "data": data, "model": body["model"],
-                          "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": [b / 255 for b in hashlib.sha256(str(t).encode()).digest()[:8]],
+            }
+            for i, t in enumerate(texts)
+        ]
+        out = json.dumps(
+            {
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -363,7 +456,8 @@ class _EmbeddingStub(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 def test_real_memsearch_watch_stops_cleanly_on_sigint(
-    tmp_path: Path, supervisor: Supervisor,
+    tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _EmbeddingStub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -372,14 +466,31 @@ def test_real_memsearch_watch_stops_cleanly_on_sigint(
     (sessions / "a.md").write_text("# Llamas\n\nLlamas hum when they are curious.\n")
     log = tmp_path / "watch.log"
     memsearch = str(Path(PY).parent / "memsearch")
-    supervisor.add(ChildSpec(
-        name="watch", log_path=log, startsecs=0.5, stop_timeout=30.0,
-        argv=(memsearch, "watch", str(sessions), "--provider", "openai", "--model", "stub",
-              "--base-url", f"http://127.0.0.1:{server.server_port}/v1", "--api-key", "x",
-              "--milvus-uri", str(tmp_path / "milvus.db")),
-        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", os.defpath)},
-        ready=lambda: "Watching" in log.read_text(),
-    ))
+    supervisor.add(
+        ChildSpec(
+            name="watch",
+            log_path=log,
+            startsecs=0.5,
+            stop_timeout=30.0,
+            argv=(
+                memsearch,
+                "watch",
+                str(sessions),
+                "--provider",
+                "openai",
+                "--model",
+                "stub",
+                "--base-url",
+                f"http://127.0.0.1:{server.server_port}/v1",
+                "--api-key",
+                "x",
+                "--milvus-uri",
+                str(tmp_path / "milvus.db"),
+            ),
+            env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", os.defpath)},
+            ready=lambda: "Watching" in log.read_text(),
+        )
+    )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         supervisor.step()

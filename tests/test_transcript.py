@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memsearch.chunker import chunk_markdown
 
-from memd import transcript
 from memd.layout import ClientLayout
-from memd.transcript import Part
+from memd.markdown import transcript
+from memd.markdown.transcript import Part
 
 WHEN = datetime(2026, 11, 30, 2, 41, 7, tzinfo=UTC)
 
@@ -47,13 +47,18 @@ UNICODE = [
 
 def _exchange_file(texts: list[str]) -> tuple[str, list[str]]:
     """A transcript with one exchange per pair of texts, and its heading titles."""
-    out = [transcript.front_matter("c1", "2026-11-30T02-41-07Z-3f9a", WHEN.timestamp()),
-           transcript.conversation_header(1, WHEN)]
+    out = [
+        transcript.front_matter("c1", "2026-11-30T02-41-07Z-3f9a", WHEN.timestamp()),
+        transcript.conversation_header(1, WHEN),
+    ]
     titles = ["Conversation 1 (2026-11-30 02:41:07 UTC)"]
     for i in range(0, len(texts), 2):
         n = i // 2 + 1
-        out.append(transcript.exchange_block(
-            n, WHEN, [Part("User", texts[i]), Part("Assistant", texts[i + 1])]))
+        out.append(
+            transcript.exchange_block(
+                n, WHEN, [Part("User", texts[i]), Part("Assistant", texts[i + 1])]
+            )
+        )
         titles.append(f"2026-11-30 02:41:07 UTC · exchange {n}")
     return "".join(out), titles
 
@@ -85,8 +90,11 @@ def test_nasty_and_unicode_texts_read_back_exactly_and_never_split_chunks() -> N
     assert len(texts) % 2 == 0
     text, titles = _exchange_file(texts)
     parsed = transcript.parse_transcript(text)
-    assert parsed.meta == {"client_id": "c1", "session_id": "2026-11-30T02-41-07Z-3f9a",
-                           "started": "2026-11-30T02:41:07Z"}
+    assert parsed.meta == {
+        "client_id": "c1",
+        "session_id": "2026-11-30T02-41-07Z-3f9a",
+        "started": "2026-11-30T02:41:07Z",
+    }
     assert len(parsed.conversations) == 1
     exchanges = parsed.conversations[0].exchanges
     assert [e.number for e in exchanges] == list(range(1, len(texts) // 2 + 1))
@@ -101,10 +109,14 @@ def test_nasty_and_unicode_texts_read_back_exactly_and_never_split_chunks() -> N
 
 
 def test_user_and_assistant_share_one_chunk() -> None:
-    text, titles = _exchange_file([
-        "What did the vet say about Rex's knee?", "Rest for two weeks, then short walks.",
-        "And the diet?", "Less kibble, more green beans.",
-    ])
+    text, titles = _exchange_file(
+        [
+            "What did the vet say about Rex's knee?",
+            "Rest for two weeks, then short walks.",
+            "And the diet?",
+            "Less kibble, more green beans.",
+        ]
+    )
     chunks = chunk_markdown(text, source="s.md", max_chunk_size=1500)
     by_heading = {c.heading: c.content for c in chunks}
     first = by_heading[titles[1]]
@@ -234,13 +246,16 @@ def test_archive_and_restore_move_between_folders(tmp_path: Path) -> None:
         transcript.restore(layout, sid)
 
 
-@pytest.mark.parametrize(("text", "title"), [
-    ("  How do I\n\trotate   the API keys?  ", "How do I rotate the API keys?"),
-    ("# heading\n## two\r\nlines\u2028sep\x00nul", "# heading ## two lines sep nul"),
-    ("word " * 30, "word " * 13 + "word…"),
-    ("x" * 100, "x" * 69 + "…"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        ("  How do I\n\trotate   the API keys?  ", "How do I rotate the API keys?"),
+        ("# heading\n## two\r\nlines\u2028sep\x00nul", "# heading ## two lines sep nul"),
+        ("word " * 30, "word " * 13 + "word…"),
+        ("x" * 100, "x" * 69 + "…"),
+        ("", ""),
+    ],
+)
 def test_conversation_title_is_one_short_line(text: str, title: str) -> None:
     got = transcript.conversation_title(text)
     assert got == title
@@ -250,33 +265,47 @@ def test_conversation_title_is_one_short_line(text: str, title: str) -> None:
 
 def test_title_and_note_are_told_apart_and_texts_read_back() -> None:
     title = "Why does a · b — c\n## fail? · exchange 7 — x"
-    block = (transcript.conversation_header(1, WHEN)
-             + transcript.exchange_block(3, WHEN, [Part("User", "u"), Part("Assistant", "a")],
-                                         note="regenerated reply to exchange 2", title=title)
-             + transcript.exchange_block(4, WHEN, [Part("User", "v")], title=title))
+    block = (
+        transcript.conversation_header(1, WHEN)
+        + transcript.exchange_block(
+            3,
+            WHEN,
+            [Part("User", "u"), Part("Assistant", "a")],
+            note="regenerated reply to exchange 2",
+            title=title,
+        )
+        + transcript.exchange_block(4, WHEN, [Part("User", "v")], title=title)
+    )
     headings = [line[3:] for line in block.split("\n") if line.startswith("## ")]
     safe = transcript.conversation_title(title)
     assert headings == [
         f"2026-11-30 02:41:07 UTC · exchange 3 · regenerated reply to exchange 2 — {safe}",
-        f"2026-11-30 02:41:07 UTC · exchange 4 — {safe}"]
-    assert transcript.parse_exchange_title(headings[0]) == \
-        (WHEN, 3, "regenerated reply to exchange 2")
+        f"2026-11-30 02:41:07 UTC · exchange 4 — {safe}",
+    ]
+    assert transcript.parse_exchange_title(headings[0]) == (
+        WHEN,
+        3,
+        "regenerated reply to exchange 2",
+    )
     assert transcript.parse_exchange_title(headings[1]) == (WHEN, 4, "")
     assert transcript.parse_exchange_heading(headings[1]) == (WHEN, 4, "", safe)
     [conv] = transcript.parse_transcript(block).conversations
-    assert [(e.number, e.note, e.title) for e in conv.exchanges] == \
-        [(3, "regenerated reply to exchange 2", safe), (4, "", safe)]
+    assert [(e.number, e.note, e.title) for e in conv.exchanges] == [
+        (3, "regenerated reply to exchange 2", safe),
+        (4, "", safe),
+    ]
     assert [p.text for e in conv.exchanges for p in e.parts] == ["u", "a", "v"]
 
 
 def test_titled_exchange_keeps_question_and_answer_in_one_chunk() -> None:
     title = "How do I rotate the API keys for the staging cluster without downtime?"
     text = transcript.conversation_header(1, WHEN) + "".join(
-        transcript.exchange_block(n, WHEN, [Part("User", f"question {n}"),
-                                            Part("Assistant", f"answer {n}")], title=title)
-        for n in (1, 2))
-    chunks = [c for c in chunk_markdown(text) if c.content.strip()
-              and c.heading.startswith("2026")]
+        transcript.exchange_block(
+            n, WHEN, [Part("User", f"question {n}"), Part("Assistant", f"answer {n}")], title=title
+        )
+        for n in (1, 2)
+    )
+    chunks = [c for c in chunk_markdown(text) if c.content.strip() and c.heading.startswith("2026")]
     assert len(chunks) == 2
     for n, chunk in enumerate(chunks, 1):
         assert transcript.parse_exchange_title(chunk.heading) == (WHEN, n, "")

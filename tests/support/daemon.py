@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from memd.client import ClientError, MemdClient
+from memd.cli.client import ClientError, MemdClient
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,11 @@ class DaemonProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memd.cli", "run", "--config", str(self.config_path)],
-            stdout=log, stderr=log, env=self.env, cwd=str(REPO), start_new_session=True,
+            stdout=log,
+            stderr=log,
+            env=self.env,
+            cwd=str(REPO),
+            start_new_session=True,
         )
         log.close()
         if wait:

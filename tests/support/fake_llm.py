@@ -85,8 +85,12 @@ class FakeLLM:
         self.port = server.server_address[1]
         self._server = server
         self._release.clear()
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-llm:{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-llm:{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -152,10 +156,18 @@ class FakeLLM:
             mode = "ok" if self.mode == "hang" else self.mode
         anthropic = req.path.rstrip("/") == "/v1/messages"
         if mode == "error":
-            headers = ({"retry-after-ms": str(self.retry_after_ms)}
-                       if self.retry_after_ms is not None else {})
-            body = {"error": {"message": f"fake failure {self.status}", "type": "server_error",
-                              "code": None}}
+            headers = (
+                {"retry-after-ms": str(self.retry_after_ms)}
+                if self.retry_after_ms is not None
+                else {}
+            )
+            body = {
+                "error": {
+                    "message": f"fake failure {self.status}",
+                    "type": "server_error",
+                    "code": None,
+                }
+            }
             return self.status, body, headers
         if self.delay:
             time.sleep(self.delay)
@@ -167,10 +179,17 @@ class FakeLLM:
 
 def _completion(model: str, content: str) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model or "fake",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
@@ -180,9 +199,16 @@ def _message(model: str, content: str) -> dict[str, Any]:
     blocks = [{"type": "thinking", "thinking": "hmm", "signature": "sig"}]
     if content:
         blocks.append({"type": "text", "text": content})
-    return {"id": "msg_fake", "type": "message", "role": "assistant", "model": model or "fake",
-            "content": blocks, "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 1, "output_tokens": 1}}
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model or "fake",
+        "content": blocks,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
 
 
 def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:

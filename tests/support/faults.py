@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import psutil
 
-from memd.client import ClientError, MemdClient, RemoteError
-from memd.transcript import read_transcript
+from memd.cli.client import ClientError, MemdClient, RemoteError
+from memd.markdown.transcript import read_transcript
 
 T = TypeVar("T")
 
@@ -42,8 +42,9 @@ T = TypeVar("T")
 # --- waiting and processes ------------------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 60.0, step: float = 0.1,
-             what: str = "condition") -> T:
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 60.0, step: float = 0.1, what: str = "condition"
+) -> T:
     """Poll until `predicate()` is truthy and return it; AssertionError after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -84,8 +85,9 @@ def cmdline(proc: psutil.Process) -> str:
     return ""
 
 
-def children_by_client(procs: list[psutil.Process], memory_dir: Path,
-                       clients: list[str]) -> dict[str, dict[str, int]]:
+def children_by_client(
+    procs: list[psutil.Process], memory_dir: Path, clients: list[str]
+) -> dict[str, dict[str, int]]:
     """{client: {"watcher": n, "index_server": n}} counted from command lines."""
     counts = {c: {"watcher": 0, "index_server": 0} for c in clients}
     for proc in procs:
@@ -94,7 +96,7 @@ def children_by_client(procs: list[psutil.Process], memory_dir: Path,
             root = f"{memory_dir / client}/"
             if "memsearch" in line and f" watch {root}sessions" in line:
                 counts[client]["watcher"] += 1
-            elif "memd.index_server" in line and root in line:
+            elif "memd.indexing.index_server" in line and root in line:
                 counts[client]["index_server"] += 1
     return counts
 
@@ -102,8 +104,9 @@ def children_by_client(procs: list[psutil.Process], memory_dir: Path,
 # --- talking to a daemon ---------------------------------------------------------------------
 
 
-def call(sock: Path, method: str, params: dict[str, Any] | None = None,
-         timeout: float = 30.0) -> Any:
+def call(
+    sock: Path, method: str, params: dict[str, Any] | None = None, timeout: float = 30.0
+) -> Any:
     with MemdClient(sock, timeout=timeout) as client:
         return client.call(method, params)
 
@@ -115,8 +118,7 @@ def child_status(sock: Path, client: str, name: str) -> dict[str, Any]:
 
 def pipeline_running(sock: Path, client: str) -> bool:
     status = call(sock, "daemon.status")["clients"].get(client, {})
-    return all((status.get(n) or {}).get("state") == "RUNNING"
-               for n in ("index_server", "watcher"))
+    return all((status.get(n) or {}).get("state") == "RUNNING" for n in ("index_server", "watcher"))
 
 
 def recall_finds(sock: Path, client: str, query: str, needle: str) -> bool:
@@ -191,8 +193,16 @@ class Tally:
             return len(self.acked)
 
 
-def exchange_flood(sock: Path, client: str, conv: str, tally: Tally, stop: threading.Event,
-                   limit: int = 100_000, pause: float = 0.0, timeout: float = 60.0) -> None:
+def exchange_flood(
+    sock: Path,
+    client: str,
+    conv: str,
+    tally: Tally,
+    stop: threading.Event,
+    limit: int = 100_000,
+    pause: float = 0.0,
+    timeout: float = 60.0,
+) -> None:
     """record_exchange one call at a time on one connection until `stop` or a lost
     connection (or a call unanswered for `timeout`); user texts are `<client>/<conv>/u<i>`."""
     try:
@@ -202,9 +212,15 @@ def exchange_flood(sock: Path, client: str, conv: str, tally: Tally, stop: threa
                     return
                 text = f"{client}/{conv}/u{i}"
                 try:
-                    client_conn.call("memory.record_exchange", {
-                        "client_id": client, "conversation_id": conv, "user": text,
-                        "assistant": f"reply to {text}"})
+                    client_conn.call(
+                        "memory.record_exchange",
+                        {
+                            "client_id": client,
+                            "conversation_id": conv,
+                            "user": text,
+                            "assistant": f"reply to {text}",
+                        },
+                    )
                 except RemoteError as exc:
                     tally.refuse(exc.kind or str(exc.code), text)
                 except ClientError:
@@ -242,10 +258,13 @@ class Chat:
         reply = {"role": "assistant", "content": f"{self.client}/{self.name}/a{self.turns}"}
         return [*self.history, user], reply
 
-    def send(self, conn: MemdClient, messages: list[dict[str, Any]],
-             reply: dict[str, Any]) -> dict[str, Any]:
-        result = conn.call("memory.record_chat", {"client_id": self.client,
-                                                  "messages": messages, "response": reply})
+    def send(
+        self, conn: MemdClient, messages: list[dict[str, Any]], reply: dict[str, Any]
+    ) -> dict[str, Any]:
+        result = conn.call(
+            "memory.record_chat",
+            {"client_id": self.client, "messages": messages, "response": reply},
+        )
         self.matches.append(result["match"])
         self.history = [*messages, reply]
         self.turns += 1
@@ -253,8 +272,14 @@ class Chat:
         return result
 
 
-def chat_flood(sock: Path, chat: Chat, tally: Tally, stop: threading.Event,
-               limit: int = 100_000, timeout: float = 60.0) -> None:
+def chat_flood(
+    sock: Path,
+    chat: Chat,
+    tally: Tally,
+    stop: threading.Event,
+    limit: int = 100_000,
+    timeout: float = 60.0,
+) -> None:
     """Continue `chat` one turn per call until `stop`, a lost connection or a call
     unanswered for `timeout`; a refused turn is sent again (as a gateway retries)."""
     try:
@@ -437,8 +462,12 @@ def ext4_image(path: Path, size_mb: int = 64) -> Iterator[Ext4Image]:
     finally:
         if _run("findmnt", "-n", "--target", str(path), check=False).stdout.strip():
             with contextlib.suppress(subprocess.SubprocessError):
-                if Path(_run("findmnt", "-n", "-o", "TARGET", "--target",
-                             str(path)).stdout.strip()) == path:
+                if (
+                    Path(
+                        _run("findmnt", "-n", "-o", "TARGET", "--target", str(path)).stdout.strip()
+                    )
+                    == path
+                ):
                     umount(path)
         image.unlink(missing_ok=True)
 

@@ -1,8 +1,8 @@
 """A real per-client index for tests: index server + `memsearch watch` + an IndexSearcher.
 
-Built from memd's own command lines (`memd.indexing`), so the tests index exactly as the
+Built from memd's own command lines (`memd.indexing.settings`), so the tests index exactly as the
 daemon does: the embedded model served by an in-process `EmbeddingServer`, one
-`python -m memd.index_server` per client on a Unix socket, one `memsearch watch` on the
+`python -m memd.indexing.index_server` per client on a Unix socket, one `memsearch watch` on the
 client's `sessions/`. `wait_for` polls the real search until the watcher has caught up;
 `rows` reads the collection's chunks directly, to check exactly what is indexed.
 """
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memd.config import Config, parse_config
-from memd.embed_server import EmbeddingServer
-from memd.index_server import index_ready
-from memd.indexing import (
+from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.index_server import index_ready
+from memd.indexing.search import IndexSearcher, IndexUnavailableError
+from memd.indexing.settings import (
     Command,
     ensure_dirs,
     index_server_command,
@@ -29,17 +30,18 @@ from memd.indexing import (
     watcher_command,
 )
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.search import IndexSearcher, IndexUnavailableError
 
 T = TypeVar("T")
 
 
 def client_config(memory_dir: Path, *client_ids: str) -> Config:
     """A config with memory on for each of `client_ids` (embedded model, local index)."""
-    return parse_config({
-        "memory_dir": str(memory_dir),
-        "clients": {cid: {"memory_enabled": True, "mode": "both"} for cid in client_ids},
-    })
+    return parse_config(
+        {
+            "memory_dir": str(memory_dir),
+            "clients": {cid: {"memory_enabled": True, "mode": "both"} for cid in client_ids},
+        }
+    )
 
 
 class _Child:
@@ -48,9 +50,14 @@ class _Child:
     def __init__(self, command: Command, log_path: Path) -> None:
         self.log_path = log_path
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(list(command.argv), env=dict(command.env),
-                                         cwd=str(command.cwd), stdout=log, stderr=log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                list(command.argv),
+                env=dict(command.env),
+                cwd=str(command.cwd),
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -91,10 +98,13 @@ class ClientIndex:
         ensure_dirs(self.layout)
         write_memsearch_toml(self.layout, memsearch_toml(self.config, self.layout))
         self.start_index_server(timeout)
-        self.watcher = _Child(watcher_command(self.config, self.layout, self._embed.endpoint),
-                              self.layout.logs_dir / "watcher.log")
-        self.searcher = IndexSearcher(index_target(self.config, self.layout),
-                                      self.config.embedding, root=self.layout.root)
+        self.watcher = _Child(
+            watcher_command(self.config, self.layout, self._embed.endpoint),
+            self.layout.logs_dir / "watcher.log",
+        )
+        self.searcher = IndexSearcher(
+            index_target(self.config, self.layout), self.config.embedding, root=self.layout.root
+        )
         return self
 
     def start_index_server(self, timeout: float = 60.0) -> None:
@@ -142,8 +152,10 @@ class ClientIndex:
                 raise TimeoutError(f"watcher not watching:\n{self.watcher.log()}")
             time.sleep(0.1)
 
-    def rows(self, fields: Sequence[str] = ("source", "heading", "content"),
-             ) -> list[dict[str, Any]]:
+    def rows(
+        self,
+        fields: Sequence[str] = ("source", "heading", "content"),
+    ) -> list[dict[str, Any]]:
         """Every chunk in the client's collection ([] before anything was indexed)."""
         from pymilvus import MilvusClient
 
@@ -154,8 +166,9 @@ class ClientIndex:
             self._milvus = MilvusClient(uri=target.uri, token=target.token)
         if not self._milvus.has_collection(target.collection):
             return []
-        return self._milvus.query(target.collection, filter='chunk_hash != ""',
-                                  output_fields=list(fields), limit=10_000)
+        return self._milvus.query(
+            target.collection, filter='chunk_hash != ""', output_fields=list(fields), limit=10_000
+        )
 
     def stop(self) -> None:
         if self._milvus is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.layout import ClientLayout
-from memd.sessions import ClientSessions
+from memd.sessions.tracker import ClientSessions
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 
@@ -36,8 +36,9 @@ def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_sessions(root: Path, clock: Clock, client: str = "c1",
-                        **kw: Any) -> AsyncIterator[ClientSessions]:
+async def open_sessions(
+    root: Path, clock: Clock, client: str = "c1", **kw: Any
+) -> AsyncIterator[ClientSessions]:
     """ClientSessions for `client` under `root` (30-minute inactivity unless given)."""
     kw.setdefault("inactivity_minutes", 30)
     async with ClientSessions(ClientLayout(root, client), clock=clock, **kw) as cs:

@@ -1,0 +1,47 @@
+"""What the method table needs from the daemon, as protocols: a runtime and a status.
+
+The api sees only this face, so it never imports the daemon (the import contract in
+pyproject.toml checks that), and tests can hand it any object of this shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from memd.config import Config
+from memd.indexing import IndexSearcher
+from memd.layout import ClientLayout
+from memd.sessions import ClientSessions
+
+
+class ClientServices(Protocol):
+    """One client's services in force."""
+
+    layout: ClientLayout
+    sessions: ClientSessions
+
+    @property
+    def searcher(self) -> IndexSearcher | None: ...
+
+
+class Services(Protocol):
+    """The per-client services in force and the one config they follow."""
+
+    config: Config
+
+    async def client(self, client_id: str) -> ClientServices: ...
+
+    def reset(self, client_id: str) -> bool: ...
+
+    async def list_sessions(self, client_id: str) -> list[dict[str, Any]]: ...
+
+    async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]: ...
+
+
+class App(Protocol):
+    """The daemon as the api sees it: its runtime, and its status report."""
+
+    @property
+    def runtime(self) -> Services: ...
+
+    def status(self) -> dict[str, Any]: ...

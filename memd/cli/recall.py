@@ -1,0 +1,79 @@
+"""The `memd recall` and `memd mcp` commands: argv in, one daemon call or the MCP bridge out.
+
+`memd.cli.main` registers them with `add_parsers(sub, common)`; errors (daemon down, refused
+call) propagate as `ClientError`/`RemoteError`, which `memd.cli.main` turns into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from memd.cli.client import MemdClient
+from memd.config import socket_for
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `recall` and `mcp` to the `memd` subcommands."""
+    recall = sub.add_parser(
+        "recall",
+        parents=[common],
+        help="search a client's memory as its LLM would",
+        description="Run the MemoryRecall tool for CLIENT and print what the LLM would read. "
+        "Times: ISO date (2026-11-01), ISO datetime (2026-11-01T14:00, UTC unless "
+        "an offset is given) or relative (30m, 6h, 2d, 1w before now).",
+    )
+    recall.add_argument("client", help="a client id with memory enabled")
+    recall.add_argument("query", help="what to look for")
+    recall.add_argument(
+        "--top-k",
+        type=int,
+        metavar="N",
+        help="how many memories (default: search_top_k from the config)",
+    )
+    recall.add_argument("--after", metavar="WHEN", help="only exchanges at or after WHEN")
+    recall.add_argument("--before", metavar="WHEN", help="only exchanges before WHEN")
+    recall.add_argument("--json", action="store_true", help="print the raw JSON")
+    recall.set_defaults(func=cmd_recall)
+
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve a client's _memory tool as a stdio MCP server",
+        description="Speak MCP on stdin/stdout, exposing the _memory server's recall tool "
+        "for one client; every request is forwarded to the running daemon.",
+    )
+    mcp.add_argument("--client", required=True, metavar="ID", help="the client id to serve")
+    mcp.set_defaults(func=cmd_mcp)
+
+
+def _socket(args: argparse.Namespace) -> Any:
+    socket, error = socket_for(args.config)
+    if error is not None:
+        print(f"memd: warning: {error}", file=sys.stderr)
+    return socket
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"client_id": args.client, "query": args.query}
+    for key in ("top_k", "after", "before"):
+        value = getattr(args, key)
+        if value is not None:
+            params[key] = value
+    with MemdClient(_socket(args)) as client:
+        result = client.call("memory.recall", params)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        print(result["text"])
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from memd.cli.mcp import run_mcp
+    from memd.logs import configure_logging
+
+    configure_logging("warning", json_lines=True)  # stderr; stdout is the MCP wire
+    return run_mcp(_socket(args), args.client)

@@ -1,0 +1,224 @@
+"""The crash-safe file steps of compaction: install a summary, archive, restore, sweep.
+
+On disk, for session S of a client (paths relative to the client root):
+
+1. the summary is written to `.memd/tmp/`, fsynced, and moved to `sessions/S-summary.md`
+   (a file moved in from outside the watched tree is a *create* for memsearch's watcher;
+   a rename inside it would be ignored), then `sessions/` is fsynced;
+2. the transcript moves from `sessions/S.md` to `archive/S.md` (a *delete* for the
+   watcher, which drops its chunks), then both folders are fsynced.
+
+A crash between any two steps leaves complete files only. `restore_files` undoes 1-2
+(transcript back first, so the session never leaves recall, then the summary removed).
+
+The steps are blocking and run in worker threads; a thread cannot be cancelled, so a
+step of a compaction that was cancelled may still start after a restore. Every step
+therefore takes the client's file lock and, under it, checks a *restore token* taken when
+its compaction started: a restore of the session since then bumps the token, and the
+step refuses (`Superseded`) instead of undoing the restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from memd.layout import ClientLayout
+from memd.markdown import fsync_dir, read_front_matter
+
+log = structlog.get_logger()
+
+TMP_PREFIX = "compaction."
+
+# Called in the worker thread as hook(step, session_id) before a step takes the file lock
+# (step is "install" or "archive"): the point where a cancelled compaction's step can no
+# longer be stopped. Tests use it to hold a step there.
+StepHook = Callable[[str, str], None]
+
+
+class TranscriptChanged(Exception):
+    """The transcript changed while it was being summarised; the summary is stale."""
+
+
+class Superseded(Exception):
+    """The session was restored after this compaction started; its file steps must not run."""
+
+
+@dataclass
+class _Guard:
+    """One client's file lock, and how many restores of each session this process made."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    restores: dict[str, int] = field(default_factory=dict)
+
+
+_GUARDS: dict[Path, _Guard] = {}
+_GUARDS_LOCK = threading.Lock()
+
+
+def _guard(layout: ClientLayout) -> _Guard:
+    """Serialises one client's file steps, also against a step a cancelled task left running."""
+    with _GUARDS_LOCK:
+        return _GUARDS.setdefault(layout.root, _Guard())
+
+
+def files_lock(layout: ClientLayout) -> threading.Lock:
+    """The lock every file step of the client holds while it looks and moves."""
+    return _guard(layout).lock
+
+
+def restore_token(layout: ClientLayout, session_id: str) -> int:
+    """Taken when a compaction starts; its file steps refuse once a restore changed it."""
+    return _guard(layout).restores.get(session_id, 0)
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def summary_meta(layout: ClientLayout, session_id: str) -> dict[str, str]:
+    """The front matter of the session's summary, or {} when there is none."""
+    data = read_bytes(layout.summary_file(session_id))
+    return read_front_matter(data.decode("utf-8", "replace")) if data else {}
+
+
+def _enter(
+    layout: ClientLayout, session_id: str, token: int, step: str, hook: StepHook | None
+) -> _Guard:
+    if hook is not None:
+        hook(step, session_id)
+    guard = _guard(layout)
+    guard.lock.acquire()
+    if guard.restores.get(session_id, 0) != token:
+        guard.lock.release()
+        log.info(
+            "compaction.step_superseded", client=layout.client_id, session=session_id, step=step
+        )
+        raise Superseded(f"{session_id} was restored while it was being compacted")
+    return guard
+
+
+def install_summary(
+    layout: ClientLayout,
+    session_id: str,
+    text: str,
+    source: Path,
+    digest: str,
+    token: int,
+    hook: StepHook | None = None,
+) -> None:
+    """Step 1: temp file in .memd/tmp, fsync, move into sessions/, fsync the folder.
+
+    Only if `source` (the transcript summarised) is still what was summarised.
+    """
+    guard = _enter(layout, session_id, token, "install", hook)
+    try:
+        data = read_bytes(source)
+        if data is None or sha256(data) != digest:
+            raise TranscriptChanged(f"{source.name} changed while it was summarised")
+        layout.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=layout.tmp_dir, prefix=f"{TMP_PREFIX}{session_id}.", suffix=".tmp"
+        )
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(text.encode("utf-8"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, layout.summary_file(session_id))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        fsync_dir(layout.sessions)
+    finally:
+        guard.lock.release()
+
+
+def archive_transcript(
+    layout: ClientLayout, session_id: str, digest: str, token: int, hook: StepHook | None = None
+) -> None:
+    """Step 2: move the transcript the summary was made from to archive/, fsync both."""
+    guard = _enter(layout, session_id, token, "archive", hook)
+    try:
+        live, dest = layout.session_file(session_id), layout.archive_file(session_id)
+        data = read_bytes(live)
+        if data is None:
+            return  # already moved
+        if sha256(data) != digest:
+            raise TranscriptChanged(f"{live.name} changed after it was summarised")
+        layout.archive.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _set_aside(dest)
+        os.replace(live, dest)
+        fsync_dir(layout.archive)
+        fsync_dir(layout.sessions)
+    finally:
+        guard.lock.release()
+
+
+def _set_aside(path: Path) -> None:
+    """Keep an existing, different file at `path` as `<name>.prev-N` (never lose a transcript)."""
+    if not path.exists():
+        return
+    n = 1
+    while (aside := path.with_name(f"{path.name}.prev-{n}")).exists():
+        n += 1
+    os.replace(path, aside)
+    log.warning("compaction.archive_set_aside", path=str(path), aside=str(aside))
+
+
+def restore_files(layout: ClientLayout, session_id: str) -> str:
+    """Transcript from archive/ back into sessions/, then the summary removed.
+
+    Returns "restored", or "missing" when no transcript exists in either folder (then
+    the summary, the only trace left, is kept). Idempotent. Under the file lock it also
+    bumps the session's restore token, so no step of an earlier compaction runs after it.
+    """
+    guard = _guard(layout)
+    with guard.lock:
+        guard.restores[session_id] = guard.restores.get(session_id, 0) + 1
+        live, arch = layout.session_file(session_id), layout.archive_file(session_id)
+        summary = layout.summary_file(session_id)
+        if arch.exists():
+            if live.exists():  # both: the live one is the newer; keep the other aside
+                _set_aside(arch)
+            else:
+                os.replace(arch, live)  # moved in from outside: a create for the watcher
+                fsync_dir(layout.sessions)
+            fsync_dir(layout.archive)
+        elif not live.exists():
+            return "missing"
+        if summary.exists():
+            summary.unlink()  # a delete for the watcher: its chunks are dropped
+            fsync_dir(layout.sessions)
+        return "restored"
+
+
+def sweep_tmp(layout: ClientLayout) -> int:
+    """Remove summary temp files a crash left behind (only ours: other modules share tmp/)."""
+    removed = 0
+    for path in layout.tmp_dir.glob(f"{TMP_PREFIX}*.tmp"):
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def compacted_ids(layout: ClientLayout) -> list[str]:
+    """Sessions whose transcript is in archive/ and not live again in sessions/."""
+    return sorted(
+        p.stem for p in layout.archive.glob("*.md") if not layout.session_file(p.stem).exists()
+    )

@@ -1,0 +1,199 @@
+"""One compaction or re-compaction of one session: ask the LLM, then the file steps.
+
+All network work happens before any file changes, so an LLM failure changes nothing on
+disk. The summary records the SHA-256 of the transcript it was made from, so running a
+compaction again after a crash converges: a summary already in place for an unchanged
+transcript is not asked for again and only the move is left to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import structlog
+
+from memd.compaction import llm
+from memd.compaction.files import (
+    StepHook,
+    archive_transcript,
+    install_summary,
+    read_bytes,
+    restore_files,
+    restore_token,
+    sha256,
+    summary_meta,
+)
+from memd.compaction.store import Record, S, Store
+from memd.layout import ClientLayout
+from memd.markdown import render_summary, span_text, split_front_matter, transcript_span
+
+log = structlog.get_logger()
+
+
+@dataclass
+class Outcome:
+    """What one compaction or re-compaction did."""
+
+    session_id: str
+    result: str  # compacted | already | missing | recompacted | not_compacted
+    parts: int = 0
+    requests: int = 0
+    largest_request: int = 0
+    llm_provider: str | None = None
+    llm_model: str | None = None
+    compacted_at: float | None = None
+
+
+async def compact_session(
+    layout: ClientLayout,
+    session_id: str,
+    settings: llm.LLMSettings,
+    *,
+    max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS,
+    clock: Callable[[], float] = time.time,
+    step_hook: StepHook | None = None,
+) -> Outcome:
+    """Summarise an ended session and archive its transcript; safe to run again after a crash.
+
+    Raises llm.LLMError (nothing on disk changed), TranscriptChanged, Superseded or OSError.
+    """
+    token = restore_token(layout, session_id)  # before anything is read
+    live = layout.session_file(session_id)
+    data = await asyncio.to_thread(read_bytes, live)
+    if data is None:
+        if not await asyncio.to_thread(layout.archive_file(session_id).exists):
+            return Outcome(session_id, "missing")
+        meta = await asyncio.to_thread(summary_meta, layout, session_id)
+        return Outcome(
+            session_id,
+            "already",
+            llm_provider=meta.get("llm_provider"),
+            llm_model=meta.get("llm_model"),
+        )
+    digest = sha256(data)
+    meta = await asyncio.to_thread(summary_meta, layout, session_id)
+    if meta.get("source_sha256") == digest:  # a crash came after step 1: only the move is left
+        out = Outcome(
+            session_id,
+            "compacted",
+            llm_provider=meta.get("llm_provider"),
+            llm_model=meta.get("llm_model"),
+            compacted_at=clock(),
+        )
+    else:
+        text, out = await _summarise(
+            layout, session_id, data, live, settings, max_request_chars, clock
+        )
+        await asyncio.to_thread(
+            install_summary, layout, session_id, text, live, digest, token, step_hook
+        )
+    await asyncio.to_thread(archive_transcript, layout, session_id, digest, token, step_hook)
+    log.info(
+        "compaction.done",
+        client=layout.client_id,
+        session=session_id,
+        parts=out.parts,
+        requests=out.requests,
+    )
+    return out
+
+
+async def recompact_session(
+    layout: ClientLayout,
+    session_id: str,
+    settings: llm.LLMSettings,
+    *,
+    max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS,
+    clock: Callable[[], float] = time.time,
+    step_hook: StepHook | None = None,
+) -> Outcome:
+    """Summarise a compacted session again from archive/ and replace its summary atomically."""
+    token = restore_token(layout, session_id)
+    if await asyncio.to_thread(layout.session_file(session_id).exists):
+        return Outcome(session_id, "not_compacted")  # live in sessions/: not ours to touch
+    arch = layout.archive_file(session_id)
+    data = await asyncio.to_thread(read_bytes, arch)
+    if data is None:
+        return Outcome(session_id, "missing")
+    text, out = await _summarise(layout, session_id, data, arch, settings, max_request_chars, clock)
+    await asyncio.to_thread(
+        install_summary, layout, session_id, text, arch, sha256(data), token, step_hook
+    )
+    log.info(
+        "compaction.recompacted",
+        client=layout.client_id,
+        session=session_id,
+        parts=out.parts,
+        requests=out.requests,
+    )
+    return replace(out, result="recompacted")
+
+
+async def _summarise(
+    layout: ClientLayout,
+    session_id: str,
+    data: bytes,
+    source: Path,
+    settings: llm.LLMSettings,
+    max_request_chars: int,
+    clock: Callable[[], float],
+) -> tuple[str, Outcome]:
+    meta, body = split_front_matter(data.decode("utf-8", "replace"))
+    body = body.lstrip("\n")
+    start, end = transcript_span(body, meta, (await asyncio.to_thread(source.stat)).st_mtime)
+    if body.strip():
+        result = await llm.summarize(
+            body,
+            partial(llm.complete, settings),
+            span=span_text(start, end),
+            max_request_chars=max_request_chars,
+        )
+    else:  # nothing was said: no reason to ask anyone
+        result = llm.Summary("This session recorded no messages.", parts=0)
+    now = clock()
+    text = render_summary(
+        layout.client_id,
+        session_id,
+        result.text,
+        start=start,
+        end=end,
+        compacted_at=now,
+        provider=settings.provider,
+        model=settings.model,
+        parts=result.parts,
+        source_sha256=sha256(data),
+    )
+    out = Outcome(
+        session_id,
+        "compacted",
+        parts=result.parts,
+        requests=result.requests,
+        largest_request=result.largest_request,
+        llm_provider=settings.provider,
+        llm_model=settings.model,
+        compacted_at=now,
+    )
+    return text, out
+
+
+def restore(layout: ClientLayout, session_id: str) -> str:
+    """Undo a compaction without a running Compactor (tools, tests); see Compactor.restore.
+
+    Records the intent first, so a crash midway is finished by the next Compactor that
+    opens this client. Returns "restored" or "missing".
+    """
+    store = Store(layout)
+    try:
+        now = time.time()
+        rec = store.load().get(session_id) or Record(session_id, S.RESTORING)
+        store.put(replace(rec, state=S.RESTORING, updated=now))
+        result = restore_files(layout, session_id)
+        store.delete(session_id)
+        return result
+    finally:
+        store.close()

@@ -1,0 +1,379 @@
+"""LLM calls for compaction: one prompt per call, bounded by a timeout, and bounded requests.
+
+`complete` sends one prompt and makes the same request memsearch's compaction makes
+(`memsearch.compact.summarize_text`: one user message; for anthropic max_tokens 4096 and
+the first text block). memd builds each SDK client itself instead of calling memsearch's
+functions, for three reasons found in memsearch 0.4.23: its anthropic and gemini paths
+read the key only from ANTHROPIC_API_KEY / GOOGLE_API_KEY, and setting those in
+`os.environ` would hand one setting to the whole daemon; its openai path never closes the
+client it makes per call, so a keep-alive socket lingers until the garbage collector
+finds it; and it imports the SDK on the event loop (0.35 s for openai). Here the key and
+base URL are passed to the client, the client is closed after the call, and `warm_up`
+imports the SDK in a thread.
+
+`summarize` bounds what any single request carries: a long text is cut into parts at
+section headings (`#`/`##` lines; a single oversized section is cut by characters), each
+part is summarised, and the part summaries are combined, again in batches that fit,
+until one summary is left. Every prompt is at most `max_request_chars` characters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from memd.config import CompactionConfig
+
+log = structlog.get_logger()
+
+# memsearch 0.4.23's own defaults; resolved here so a summary records the model used.
+DEFAULT_MODELS = {
+    "openai": "gpt-5-mini",
+    "anthropic": "claude-sonnet-4-6",
+    "gemini": "gemini-3-flash-preview",
+}
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_REQUEST_CHARS = 24_000
+MIN_REQUEST_CHARS = 2_000  # below this the prompts themselves leave no room for text
+SEPARATOR = "\n\n---\n\n"  # what memsearch's compact_chunks puts between chunks
+_SECTION_RE = re.compile(r"^#{1,2} ", re.MULTILINE)
+_TRUNCATED = "\n[…]"
+
+Complete = Callable[[str], Awaitable[str]]
+
+
+class LLMError(Exception):
+    """A failed LLM call; `reason` is one of unreachable, http_error, timeout, empty, setup."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Everything one call needs; built from the config so a reload takes effect next call."""
+
+    provider: str = "openai"
+    model: str = DEFAULT_MODELS["openai"]
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+    @classmethod
+    def from_config(cls, config: CompactionConfig, timeout: float = DEFAULT_TIMEOUT) -> LLMSettings:
+        provider = config.llm_provider
+        return cls(
+            provider=provider,
+            model=config.llm_model or DEFAULT_MODELS.get(provider, ""),
+            base_url=config.base_url,
+            api_key=config.api_key,
+            timeout=timeout,
+        )
+
+
+# --- one call -----------------------------------------------------------------------------
+
+
+async def complete(settings: LLMSettings, prompt: str) -> str:
+    """The LLM's answer to `prompt`; raises LLMError, never hangs past `settings.timeout`.
+
+    The timeout covers the whole call, including the quick retries the OpenAI SDK makes
+    on its own for 429/5xx/connection errors; memd's slower backoff sits above it.
+    """
+    try:
+        async with asyncio.timeout(settings.timeout):
+            text = await _call(settings, prompt)
+    except TimeoutError as exc:
+        raise LLMError("timeout", f"no answer within {settings.timeout:g} s") from exc
+    except LLMError:
+        raise
+    except Exception as exc:
+        raise _classify(exc) from exc
+    if not isinstance(text, str) or not text.strip():
+        raise LLMError("empty", "the LLM returned empty content")
+    return text
+
+
+async def warm_up(provider: str) -> None:
+    """Import the provider's SDK in a thread, so the first call does not stall the loop."""
+    module = {"openai": "openai", "anthropic": "anthropic", "gemini": "google.genai"}.get(provider)
+    if module:
+        with contextlib.suppress(ImportError):
+            await asyncio.to_thread(importlib.import_module, module)
+
+
+async def _call(settings: LLMSettings, prompt: str) -> str:
+    if settings.provider == "openai":
+        return await _openai(settings, prompt)
+    if settings.provider == "anthropic":
+        return await _anthropic(settings, prompt)
+    if settings.provider == "gemini":
+        return await _gemini(settings, prompt)
+    raise LLMError("setup", f"unknown LLM provider {settings.provider!r}")
+
+
+def _openai_key(settings: LLMSettings) -> str | None:
+    """The configured key; else, for a custom base URL, a placeholder.
+
+    A custom endpoint (a local model server) often needs no key, but the SDK refuses to
+    start without one, and falling back to OPENAI_API_KEY would send the user's OpenAI
+    key to that other server. With neither, the SDK reads OPENAI_API_KEY as usual.
+    """
+    if settings.api_key:
+        return settings.api_key
+    return "memd-no-key" if settings.base_url else None
+
+
+async def _openai(settings: LLMSettings, prompt: str) -> str:
+    """memsearch's `_compact_openai`, with a client that is closed after the call."""
+    import openai
+
+    # base_url None: the SDK reads OPENAI_BASE_URL, as memsearch lets it.
+    client = openai.AsyncOpenAI(
+        api_key=_openai_key(settings), base_url=settings.base_url or None, timeout=settings.timeout
+    )
+    async with client:
+        resp = await client.chat.completions.create(
+            model=settings.model, messages=[{"role": "user", "content": prompt}]
+        )
+    return (resp.choices[0].message.content or "") if resp.choices else ""
+
+
+async def _anthropic(settings: LLMSettings, prompt: str) -> str:
+    """memsearch's `_compact_anthropic`, with the key and base URL passed in."""
+    try:
+        import anthropic
+    except ImportError as exc:
+        raise LLMError(
+            "setup",
+            "llm_provider anthropic needs the anthropic package "
+            "(pip install 'memsearch[anthropic]')",
+        ) from exc
+    client = anthropic.AsyncAnthropic(
+        api_key=settings.api_key or None,
+        base_url=settings.base_url or None,
+        timeout=settings.timeout,
+    )
+    async with client:
+        resp = await client.messages.create(
+            model=settings.model, max_tokens=4096, messages=[{"role": "user", "content": prompt}]
+        )
+    for block in resp.content:  # a thinking block may come before the text
+        if block.type == "text":
+            return block.text
+    return ""
+
+
+async def _gemini(settings: LLMSettings, prompt: str) -> str:
+    """memsearch's `_compact_gemini`, with the key and base URL passed in."""
+    try:
+        from google import genai
+        from google.genai import types
+    except ImportError as exc:
+        raise LLMError(
+            "setup",
+            "llm_provider gemini needs the google-genai package (pip install 'memsearch[google]')",
+        ) from exc
+    options = types.HttpOptions(
+        base_url=settings.base_url or None, timeout=int(settings.timeout * 1000)
+    )
+    client = genai.Client(api_key=settings.api_key or None, http_options=options)
+    resp = await client.aio.models.generate_content(model=settings.model, contents=prompt)
+    return resp.text or ""
+
+
+def _classify(exc: Exception) -> LLMError:
+    """Name the failure the way status and logs show it, without provider imports."""
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None) or getattr(exc, "code", None)
+    if "Timeout" in name:
+        return LLMError("timeout", f"{name}: {exc}")
+    if "Connection" in name or isinstance(exc, OSError):
+        return LLMError("unreachable", f"{name}: {exc}")
+    if isinstance(status, int):
+        text = re.sub(r"^Error code: \d+ - ", "", str(exc))  # the SDK's own prefix
+        return LLMError("http_error", f"HTTP {status}: {_short(text)}")
+    if "api_key" in str(exc) or "credentials" in str(exc).lower():
+        return LLMError("setup", f"{name}: {exc}")
+    return LLMError("http_error", f"{name}: {_short(str(exc))}")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- bounded summarisation ----------------------------------------------------------------
+
+PART_PROMPT = """\
+You are summarising {what} of a recorded conversation session between a user and an AI \
+assistant ({span}). In the transcript, each `## ` heading is one exchange (its time and \
+number) and **User:** / **Assistant:** mark who said what.
+
+Write a concise markdown summary that can serve as long-term memory of this session: \
+what the user wanted and asked, facts about the user and their work, decisions and \
+conclusions, answers and solutions given, and the names, numbers, dates, commands and \
+code worth remembering. Keep open questions. Do not invent anything. Use short `##` \
+headings and bullet points, at most about {words} words.
+
+Transcript:
+{chunks}"""
+
+MERGE_PROMPT = """\
+Below are summaries of consecutive parts of one recorded conversation session between a \
+user and an AI assistant ({span}), oldest first, separated by `---`.
+
+Combine them into one concise markdown summary of the whole session that can serve as \
+long-term memory: keep every fact, decision, answer, name, number, date, command and \
+code snippet worth remembering, and drop repetition. Do not invent anything. Use short \
+`##` headings and bullet points, at most about {words} words.
+
+Summaries:
+{chunks}"""
+
+
+@dataclass
+class Summary:
+    """The result of `summarize`: the text and what it cost."""
+
+    text: str
+    parts: int = 1
+    requests: int = 0
+    largest_request: int = 0
+
+
+@dataclass
+class _Budget:
+    limit: int
+    words: int
+    requests: int = 0
+    largest: int = 0
+
+
+async def summarize(
+    text: str, call: Complete, *, span: str, max_request_chars: int = DEFAULT_MAX_REQUEST_CHARS
+) -> Summary:
+    """Summarise `text` of any length with `call`, no prompt longer than `max_request_chars`.
+
+    Parts are summarised one after another, not at once: one compaction never holds more
+    than one request open, so the compactor's concurrency bound is the LLM's load bound.
+    """
+    if max_request_chars < MIN_REQUEST_CHARS:
+        raise ValueError(f"max_request_chars must be at least {MIN_REQUEST_CHARS}")
+    # Ask for summaries short enough that about four fit into one combining request.
+    budget = _Budget(max_request_chars, words=max(80, min(800, max_request_chars // 24)))
+    room = max_request_chars - len(
+        _prompt(PART_PROMPT, "", "part 999999999 of 999999999", span, budget.words)
+    )
+    parts = split_text(text, room)
+    summaries = []
+    for i, part in enumerate(parts, 1):
+        what = "the transcript" if len(parts) == 1 else f"part {i} of {len(parts)}"
+        summaries.append(await _ask(call, budget, PART_PROMPT, part, what, span))
+    final = await _combine(summaries, call, budget, span)
+    return Summary(
+        final, parts=len(parts), requests=budget.requests, largest_request=budget.largest
+    )
+
+
+async def _combine(summaries: list[str], call: Complete, budget: _Budget, span: str) -> str:
+    """Merge part summaries in batches that fit, round after round, until one is left."""
+    room = budget.limit - len(_prompt(MERGE_PROMPT, "", "", span, budget.words))
+    while len(summaries) > 1:
+        batches = _pack(summaries, room)
+        if len(batches) == len(summaries):
+            # Summaries so long that no two fit together: the LLM ignored the length it
+            # was asked for. Shorten them so the rounds always end.
+            log.warning("compaction.summaries_truncated", count=len(summaries))
+            keep = room // 2 - len(SEPARATOR) - len(_TRUNCATED)
+            summaries = [s if len(s) <= keep else s[:keep] + _TRUNCATED for s in summaries]
+            batches = _pack(summaries, room)
+        summaries = [
+            await _ask(call, budget, MERGE_PROMPT, SEPARATOR.join(batch), "", span)
+            for batch in batches
+        ]
+    return summaries[0]
+
+
+async def _ask(
+    call: Complete, budget: _Budget, template: str, body: str, what: str, span: str
+) -> str:
+    prompt = _prompt(template, body, what, span, budget.words)
+    if len(prompt) > budget.limit:  # a bug in the packing, never the LLM's problem
+        raise AssertionError(f"prompt of {len(prompt)} chars exceeds {budget.limit}")
+    budget.requests += 1
+    budget.largest = max(budget.largest, len(prompt))
+    return (await call(prompt)).strip()
+
+
+def _prompt(template: str, body: str, what: str, span: str, words: int) -> str:
+    # One format call with every field: text inside `body` is never parsed as a template.
+    return template.format(chunks=body, what=what, span=span, words=words)
+
+
+def _pack(items: list[str], room: int) -> list[list[str]]:
+    """Consecutive items joined by SEPARATOR into batches of at most `room` characters."""
+    batches: list[list[str]] = []
+    size = 0
+    for item in items:
+        extra = len(item) + (len(SEPARATOR) if batches and batches[-1] else 0)
+        if batches and size + extra <= room:
+            batches[-1].append(item)
+            size += extra
+        else:
+            batches.append([item])
+            size = len(item)
+    return batches
+
+
+def split_text(text: str, room: int) -> list[str]:
+    """Cut `text` into parts of at most `room` characters at `#`/`##` heading lines.
+
+    A section is never cut unless it alone is longer than `room`; then it is cut at line
+    ends where possible, and every later piece repeats the section's heading marked
+    `(continued)` so each part still says which exchange it belongs to.
+    """
+    starts = [m.start() for m in _SECTION_RE.finditer(text)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    sections = [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+    parts: list[str] = []
+    current = ""
+    for section in sections:
+        pieces = [section] if len(section) <= room else _cut_section(section, room)
+        for piece in pieces:
+            if len(current) + len(piece) <= room:
+                current += piece
+            else:
+                if current.strip():
+                    parts.append(current)
+                current = piece
+    if current.strip() or not parts:
+        parts.append(current)
+    return parts
+
+
+def _cut_section(section: str, room: int) -> list[str]:
+    first_line = section.split("\n", 1)[0]
+    head = (first_line + " (continued)\n\n") if _SECTION_RE.match(first_line) else ""
+    if len(head) > room // 2:
+        head = ""
+    pieces: list[str] = []
+    rest = section
+    while rest:
+        limit = room - (len(head) if pieces else 0)
+        if len(rest) <= limit:
+            piece, rest = rest, ""
+        else:
+            cut = rest.rfind("\n", limit // 2, limit)
+            cut = cut + 1 if cut > 0 else limit
+            piece, rest = rest[:cut], rest[cut:]
+        pieces.append((head if pieces else "") + piece)
+    return pieces

@@ -1,0 +1,185 @@
+"""Per-session compaction state: the states and their transitions, backoff, the sqlite store.
+
+Each client keeps its own `<root>/.memd/compaction.sqlite3` (WAL), so pending and failed
+compactions resume after a restart and no schema is shared with the session store.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import structlog
+
+from memd.layout import ClientLayout
+from memd.markdown import iso
+
+log = structlog.get_logger()
+
+STATE_FILE = "compaction.sqlite3"
+
+
+class CompactionStates:
+    """Where a session's compaction stands; import-free names shown by status."""
+
+    PENDING = "pending"  # due to run (now, or once compaction is enabled)
+    FAILED = "failed"  # the last attempt failed; retried at next_retry
+    COMPACTED = "compacted"  # summary in sessions/, transcript in archive/
+    RESTORING = "restoring"  # a restore was started; finished when the client reopens
+    MISSING = "missing"  # the transcript is gone (deleted by the user): nothing to do
+
+
+S = CompactionStates
+# None: no record (never submitted, or reset by a restore).
+ALLOWED: dict[str | None, frozenset[str | None]] = {
+    None: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
+    S.PENDING: frozenset({S.PENDING, S.FAILED, S.COMPACTED, S.MISSING, S.RESTORING}),
+    S.FAILED: frozenset({S.PENDING, S.RESTORING}),
+    S.COMPACTED: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
+    S.MISSING: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
+    S.RESTORING: frozenset({None, S.RESTORING}),
+}
+
+
+def check_transition(session_id: str, old: str | None, new: str | None) -> None:
+    """Refuse a state change the table above does not allow (a bug, never user input)."""
+    if new not in ALLOWED[old]:
+        raise RuntimeError(f"compaction state of {session_id}: {old} -> {new} is not allowed")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before retry n (1-based): base * factor**(n-1), at most cap."""
+
+    base: float = 60.0
+    cap: float = 3600.0
+    factor: float = 2.0
+
+    def delay(self, attempts: int) -> float:
+        return min(self.cap, self.base * self.factor ** max(0, attempts - 1))
+
+
+@dataclass
+class Record:
+    """One session's compaction state, as stored in compaction.sqlite3."""
+
+    session_id: str
+    state: str
+    attempts: int = 0  # failed attempts since it was submitted
+    last_error: str | None = None
+    next_retry: float | None = None
+    updated: float = 0.0
+    compacted_at: float | None = None
+    llm_provider: str | None = None
+    llm_model: str | None = None
+    parts: int = 0
+    requests: int = 0
+
+    def public(self, layout: ClientLayout, running: bool = False) -> dict[str, Any]:
+        """What sessions.list and status show for this session."""
+        out = asdict(self)
+        out["running"] = running
+        for key in ("updated", "compacted_at", "next_retry"):
+            out[key] = iso(out[key]) if out[key] is not None else None
+        if self.state == S.COMPACTED:
+            out["summary_path"] = str(layout.summary_file(self.session_id))
+            out["archive_path"] = str(layout.archive_file(self.session_id))
+        return out
+
+
+_COLUMNS = [f.name for f in Record.__dataclass_fields__.values()]
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS compaction (
+    session_id TEXT PRIMARY KEY, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT, next_retry REAL, updated REAL NOT NULL, compacted_at REAL,
+    llm_provider TEXT, llm_model TEXT, parts INTEGER NOT NULL DEFAULT 0,
+    requests INTEGER NOT NULL DEFAULT 0);
+"""
+
+
+class Store:
+    """One client's `.memd/compaction.sqlite3`: its own file, so no schema is shared."""
+
+    def __init__(self, layout: ClientLayout) -> None:
+        layout.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = layout.state_dir / STATE_FILE
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # private; -wal/-shm follow it
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a lost last commit only means a compaction runs again, and that converges.
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[str, Record]:
+        with self._lock:
+            rows = self.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM compaction").fetchall()
+        return {row[0]: Record(*row) for row in rows}
+
+    def put(self, rec: Record) -> None:
+        marks = ", ".join("?" * len(_COLUMNS))
+        with self._lock:
+            self.db.execute(
+                f"INSERT OR REPLACE INTO compaction ({', '.join(_COLUMNS)}) VALUES ({marks})",
+                tuple(asdict(rec).values()),
+            )
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self.db.execute("DELETE FROM compaction WHERE session_id = ?", (session_id,))
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+
+class ClientRecords:
+    """One client's records: kept in memory for status, written through on every change."""
+
+    def __init__(self, layout: ClientLayout, store: Store) -> None:
+        self.layout = layout
+        self.store = store
+        self.records = store.load()
+
+    @classmethod
+    def open(cls, layout: ClientLayout) -> ClientRecords:
+        """Blocking (sqlite): run it in a thread."""
+        return cls(layout, Store(layout))
+
+    def get(self, session_id: str) -> Record | None:
+        return self.records.get(session_id)
+
+    def set(self, session_id: str, state: str | None, now: float, **changes: Any) -> None:
+        """The one place a session's compaction state changes: checked, logged, persisted.
+
+        `state` None drops the record (a restore: compacted again when it next ends).
+        """
+        rec = self.records.get(session_id)
+        old = rec.state if rec else None
+        check_transition(session_id, old, state)
+        if old != state:
+            log.info(
+                "compaction.state",
+                client=self.layout.client_id,
+                session=session_id,
+                **{"from": old, "to": state},
+            )
+        if state is None:
+            self.records.pop(session_id, None)
+            self.store.delete(session_id)
+            return
+        rec = replace(rec or Record(session_id, state), state=state, updated=now, **changes)
+        self.records[session_id] = rec
+        self.store.put(rec)
+
+    def counts(self) -> dict[str, int]:
+        counts = {state: 0 for state in (S.PENDING, S.FAILED, S.COMPACTED, S.MISSING)}
+        for rec in self.records.values():
+            counts[rec.state] = counts.get(rec.state, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        self.store.close()

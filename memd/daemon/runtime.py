@@ -1,0 +1,233 @@
+"""The per-client services in force, kept in step with the config (diff -> apply).
+
+One `ClientRuntime` per memory-enabled client bundles what memd runs for it. A config
+change is applied per client: added clients are opened, removed or disabled clients are
+closed (their state stays on disk), and changed limits are set on the live objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from memd.access import memory_client
+from memd.compaction import Compactor
+from memd.config import Config
+from memd.errors import ClientDisabled, NotFound
+from memd.indexing import IndexSearcher, Pipelines
+from memd.layout import ClientLayout
+from memd.sessions import ClientSessions
+
+log = structlog.get_logger()
+
+
+@dataclass
+class ClientRuntime:
+    """Everything memd runs for one client."""
+
+    layout: ClientLayout
+    sessions: ClientSessions
+    pipelines: Pipelines
+
+    @property
+    def searcher(self) -> IndexSearcher | None:
+        """The client's index for recall; None while its pipeline is (re)starting."""
+        return self.pipelines.searcher(self.layout.client_id)
+
+
+class Runtime:
+    """Live per-client services; the api reaches a client only through `client()`."""
+
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.clients: dict[str, ClientRuntime] = {}
+        self._lock = asyncio.Lock()
+        self._applied = asyncio.Event()  # set once the first config is in force
+        self.compactor = Compactor(config.compaction, on_compacted=self._mark_compacted)
+        self.pipelines = Pipelines()
+        self._started = False
+        self._errors: dict[str, str] = {}  # enabled clients that could not be opened
+
+    def reset(self, client_id: str) -> bool:
+        """Take a client's FATAL children out of FATAL and start them again."""
+        return self.pipelines.reset(client_id)
+
+    async def client(self, client_id: str) -> ClientRuntime:
+        """The client's services, or the error that says why memory is off for it.
+
+        A call that races a config apply (at start-up, or just after an edit enabled the
+        client) waits for the apply to finish instead of failing.
+        """
+        memory_client(self.config, client_id)
+        runtime = self.clients.get(client_id)
+        if runtime is None:
+            await self._applied.wait()
+            async with self._lock:
+                memory_client(self.config, client_id)
+                runtime = self.clients.get(client_id)
+        if runtime is None:
+            reason = self._errors.get(client_id)
+            raise ClientDisabled(
+                f"memory for client {client_id!r} could not be started"
+                + (f": {reason}" if reason else ""),
+                kind="not_started",
+            )
+        return runtime
+
+    async def apply(self, new: Config) -> None:
+        """Open added clients, close removed ones, update limits on the rest."""
+        async with self._lock:
+            if not self._started:
+                await self.compactor.start()
+                await self.pipelines.start(new.memory_dir)
+                self._started = True
+            wanted = new.enabled_clients()
+            for client_id in sorted(set(self.clients) - set(wanted)):
+                runtime = self.clients.pop(client_id)
+                await self.compactor.close_client(client_id)
+                await runtime.sessions.close()
+                log.info("client.stopped", client=client_id)
+            if new.compaction != self.config.compaction:
+                self.compactor.set_config(new.compaction)
+            self.config = new
+            for client_id in set(self._errors) - set(wanted):
+                del self._errors[client_id]
+            for client_id in sorted(wanted):
+                runtime = self.clients.get(client_id)
+                if runtime is None:
+                    try:
+                        self.clients[client_id] = await self._open(new, client_id)
+                    except Exception as exc:  # its folder is broken: the others go on
+                        log.exception("client.start_failed", client=client_id)
+                        self._errors[client_id] = f"{type(exc).__name__}: {exc}"
+                        continue
+                    self._errors.pop(client_id, None)
+                    log.info("client.started", client=client_id)
+                else:
+                    runtime.sessions.set_limits(
+                        new.session_inactivity_minutes, new.max_session_minutes
+                    )
+            await self.pipelines.apply(new)
+            self._applied.set()
+
+    async def _open(self, config: Config, client_id: str) -> ClientRuntime:
+        layout = ClientLayout(config.memory_dir, client_id)
+        layout.ensure()
+        await self.compactor.open_client(layout)
+        sessions = ClientSessions(
+            layout,
+            inactivity_minutes=config.session_inactivity_minutes,
+            max_minutes=config.max_session_minutes,
+            clock=self.clock,
+            on_end=[self.compactor.on_end_hook(layout)],
+            on_restore=[self._restore_hook(layout)],
+        )
+        await sessions.open()
+        if config.compaction.enabled:
+            # An end whose hook was lost to a crash is still "ended": queue it again.
+            for info in await sessions.list_sessions():
+                if info["state"] == "ended":
+                    await self.compactor.submit(client_id, info["session_id"])
+        return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
+
+    def _restore_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """A resumed conversation needs its raw transcript back in sessions/ first."""
+
+        async def restore(info: dict[str, Any]) -> None:
+            await self.compactor.open_client(layout)
+            await self.compactor.restore(info["client_id"], info["session_id"])
+
+        return restore
+
+    async def _mark_compacted(self, client_id: str, session_id: str) -> None:
+        runtime = self.clients.get(client_id)
+        if runtime is not None:
+            await runtime.sessions.mark_compacted(session_id)
+
+    async def monitor(self) -> None:
+        """End sessions on time; the interval is re-read each round so edits apply."""
+        while True:
+            await asyncio.sleep(self.config.monitor_interval_seconds)
+            await self.expire_all()
+
+    async def expire_all(self) -> list[dict[str, Any]]:
+        ended: list[dict[str, Any]] = []
+        for client_id, runtime in list(self.clients.items()):
+            try:
+                ended += await runtime.sessions.expire()
+            except Exception:
+                log.exception("monitor.failed", client=client_id)
+        for info in ended:
+            log.info(
+                "session.ended",
+                client=info.get("client_id"),
+                session=info.get("session_id"),
+                reason=info.get("end_reason"),
+            )
+        return ended
+
+    def status(self, client_id: str) -> dict[str, Any]:
+        runtime = self.clients.get(client_id)
+        if runtime is None:
+            error = self._errors.get(client_id)
+            return {"client_error": error} if error else {}
+        return {
+            "active_session": runtime.sessions.active_session(),
+            "active_sessions": runtime.sessions.active_sessions(),
+            "compaction": self.compactor.client_status(client_id),
+            **self.pipelines.status(client_id),
+        }
+
+    async def list_sessions(self, client_id: str) -> list[dict[str, Any]]:
+        """Sessions with their compaction state merged in (`compaction`, when known)."""
+        runtime = await self.client(client_id)
+        rows = await runtime.sessions.list_sessions()
+        states = self.compactor.sessions(client_id)
+        for row in rows:
+            if row["session_id"] in states:
+                row["compaction"] = states[row["session_id"]]
+        return rows
+
+    async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]:
+        """Summarise again from archive/ (compacted sessions) or compact now (ended ones).
+
+        For one session or all of the client's; active sessions are left alone.
+        """
+        rows = await self.list_sessions(client_id)
+        if session_id is not None:
+            rows = [r for r in rows if r["session_id"] == session_id]
+            if not rows:
+                raise NotFound(
+                    f"client {client_id!r} has no session {session_id!r}",
+                    data={"session_id": session_id},
+                )
+        results: list[dict[str, Any]] = []
+        for row in rows:
+            sid = row["session_id"]
+            if row["state"] == "compacted":
+                results += await self.compactor.recompact(client_id, sid)
+            elif row["state"] == "ended":
+                queued = await self.compactor.submit(client_id, sid, force=True)
+                results.append(
+                    {"session_id": sid, "result": "queued" if queued else "busy", "error": None}
+                )
+            elif session_id is not None:
+                results.append({"session_id": sid, "result": "active", "error": None})
+        return results
+
+    async def close(self) -> None:
+        await self.compactor.close()
+        await self.pipelines.close()
+        async with self._lock:
+            for client_id, runtime in list(self.clients.items()):
+                try:
+                    await runtime.sessions.close()
+                except Exception:
+                    log.exception("client.close_failed", client=client_id)
+            self.clients.clear()

@@ -1,0 +1,237 @@
+"""An index's life beside its watcher: start-up detection, catch-up, fingerprint and rebuild.
+
+The watcher is started by the pipeline from `memd.indexing.settings`' command line; this
+module decides whether the index it will write into still matches the configured
+embedding (`IndexSpec`), rebuilds it from the markdown files when it does not, and indexes
+what the watcher missed while it was starting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import structlog
+
+from memd.config import Config
+from memd.indexing.embed_server import Endpoint
+from memd.indexing.settings import (
+    IndexSettings,
+    IndexSpec,
+    IndexTarget,
+    index_spec,
+    index_target,
+    memsearch_toml,
+    milvus_data_dir,
+    spec_path,
+    watcher_embedding,
+)
+from memd.layout import ClientLayout
+
+log = structlog.get_logger()
+
+# -- watcher start-up --------------------------------------------------------------------
+
+
+def watcher_ready(pid: int, sessions: Path) -> bool:
+    """True once process `pid` holds an inotify watch on `sessions` (Linux).
+
+    `memsearch watch` prints "Watching ..." *before* it starts its observer, and indexes
+    what exists *before* that: a file written in between is not indexed until it changes
+    again. The inotify watch, visible in /proc/<pid>/fdinfo, is the real start. Where
+    /proc does not exist this returns True (use the log line and `catch_up`).
+    """
+    if not Path("/proc/self/fdinfo").exists():
+        return True
+    try:
+        st = sessions.stat()
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    sdev = (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
+    wanted = f"ino:{st.st_ino:x} sdev:{sdev:x} "
+    for fd in fds:
+        try:
+            if os.readlink(fd) != "anon_inode:inotify":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text(encoding="ascii")
+        except OSError:
+            continue
+        if wanted in info:
+            return True
+    return False
+
+
+def catch_up(
+    config: Config,
+    layout: ClientLayout,
+    endpoint: Endpoint | None,
+    since: float,
+    settings: IndexSettings | None = None,
+) -> int:
+    """Index the session files changed since `since` (a time.time()), as the watcher would.
+
+    Call it (in a worker thread) once a (re)started watcher is ready, with `since` a little
+    before its spawn: it covers exchanges written while the watcher was doing its initial
+    index, which memsearch's watcher misses. It runs memsearch's own indexing code with
+    the watcher's settings, so chunk ids match and nothing is embedded twice. Returns the
+    number of chunks it added.
+    """
+    import asyncio
+
+    from memsearch.core import MemSearch
+
+    settings = settings or IndexSettings()
+    files = [
+        p
+        for p in sorted(layout.sessions.glob("**/*.md"))
+        if not any(part.startswith(".") for part in p.relative_to(layout.sessions).parts)
+        and _mtime(p) >= since
+    ]
+    if not files:
+        return 0
+    emb = watcher_embedding(config.embedding, endpoint)
+    target = index_target(config, layout)
+    batch = memsearch_toml(config, layout, settings)["embedding"]["batch_size"]
+    mem = MemSearch(
+        [str(layout.sessions)],
+        embedding_provider=emb.provider,
+        embedding_model=emb.model,
+        embedding_batch_size=batch,
+        embedding_base_url=emb.base_url or None,
+        embedding_api_key=emb.api_key or None,
+        milvus_uri=target.uri,
+        milvus_token=target.token or None,
+        collection=target.collection,
+        max_chunk_size=settings.max_chunk_size,
+        overlap_lines=settings.overlap_lines,
+    )
+
+    async def index_all() -> int:
+        total = 0
+        for path in files:
+            if path.exists():
+                total += await mem.index_file(path)
+        return total
+
+    try:
+        added = asyncio.run(index_all())
+    finally:
+        mem.close()
+    log.info("index_catch_up", client=layout.client_id, files=len(files), chunks=added)
+    return added
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+# -- fingerprint and rebuild -------------------------------------------------------------
+
+
+def read_spec(layout: ClientLayout) -> IndexSpec | None:
+    try:
+        data = json.loads(spec_path(layout).read_text(encoding="utf-8"))
+        return IndexSpec(**data)
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+
+
+def write_spec(layout: ClientLayout, spec: IndexSpec) -> None:
+    path = spec_path(layout)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def needs_rebuild(layout: ClientLayout, spec: IndexSpec) -> bool:
+    """True when the index was built with other settings, or with unknown ones.
+
+    No recorded spec and no index data is a fresh client: nothing to rebuild. No spec but
+    data present (or a remote collection we cannot vouch for) is rebuilt.
+    """
+    recorded = read_spec(layout)
+    if recorded is not None:
+        return recorded != spec
+    if spec.target != "local":
+        return True
+    data = milvus_data_dir(layout)
+    return data.exists() and any(data.iterdir())
+
+
+class IndexBusyError(RuntimeError):
+    """The local index is still open by its index server; stop it before a rebuild."""
+
+
+def rebuild(layout: ClientLayout, target: IndexTarget | None = None, timeout: float = 10.0) -> None:
+    """Drop the client's index so its watcher re-indexes sessions/ from the markdown files.
+
+    Local mode wipes `.memsearch/` (the index server must be stopped: checked with the
+    database's own lock). Scale-out drops the client's collection on the server. The
+    recorded spec is removed; write the new one with `write_spec` afterwards (or use
+    `prepare_index`).
+    """
+    if target is None or target.local:
+        _wipe_local(layout)
+    else:
+        _drop_remote(target, timeout)
+    spec_path(layout).unlink(missing_ok=True)
+    log.info(
+        "index_rebuild",
+        client=layout.client_id,
+        target="local" if target is None or target.local else target.uri,
+    )
+
+
+def prepare_index(config: Config, layout: ClientLayout) -> bool:
+    """Before starting a client's index server and watcher: rebuild if the spec changed.
+
+    Returns True when it rebuilt. Call with the client's index server stopped.
+    """
+    spec = index_spec(config, layout)
+    rebuilt = False
+    if needs_rebuild(layout, spec):
+        rebuild(layout, index_target(config, layout))
+        rebuilt = True
+    write_spec(layout, spec)
+    return rebuilt
+
+
+def _wipe_local(layout: ClientLayout) -> None:
+    data = milvus_data_dir(layout)
+    lock = data / "LOCK"
+    if lock.exists():
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IndexBusyError(f"{data} is open by a running index server") from None
+        finally:
+            os.close(fd)  # closing releases our lock too
+    if layout.memsearch_dir.exists():
+        for child in layout.memsearch_dir.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
+def _drop_remote(target: IndexTarget, timeout: float) -> None:
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=target.uri, token=target.token or "", timeout=timeout)
+    try:
+        if client.has_collection(target.collection, timeout=timeout):
+            client.drop_collection(target.collection, timeout=timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()

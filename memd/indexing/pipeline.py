@@ -1,0 +1,268 @@
+"""Each client's indexing pipeline under the supervisor: index server, watcher, searcher.
+
+`Pipelines` turns the config into supervised children: per enabled client an index server
+(local mode only) and a `memsearch watch` that starts once the index server answers,
+plus the `IndexSearcher` recall uses. One embedding endpoint serves the embedded model to
+every watcher. A change of a client's index settings (embedding provider/model, Milvus
+target) stops its children, rebuilds the index from the markdown files if the fingerprint
+changed, and starts them again; anything else leaves running children alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd.config import Config
+from memd.indexing import maintenance, settings
+from memd.indexing.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.index_server import index_ready
+from memd.indexing.search import IndexSearcher
+from memd.layout import ClientLayout, write_memsearch_toml
+from memd.supervision import ChildSpec, Supervisor, reap_leftovers
+
+log = structlog.get_logger()
+
+CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
+
+
+@dataclass
+class _Pipeline:
+    layout: ClientLayout
+    config: Config
+    endpoint: Endpoint | None
+    fingerprint: tuple[Any, ...]
+    children: list[str]
+    searcher: IndexSearcher
+    # Catch-up bookkeeping: the (watcher pid, index pid) pair last caught up, and the
+    # time from which files must be re-checked after the next (re)start.
+    caught_up: tuple[int | None, ...] = ()
+    since: float = 0.0
+
+
+def _fingerprint(config: Config) -> tuple[Any, ...]:
+    """What, when changed, needs the client's children restarted (and maybe a rebuild)."""
+    return (config.embedding, config.milvus)
+
+
+class Pipelines:
+    """Owns the supervisor, the embedding endpoint and every client's pipeline."""
+
+    def __init__(self, supervisor: Supervisor | None = None) -> None:
+        self.supervisor = supervisor or Supervisor()
+        self._pipelines: dict[str, _Pipeline] = {}
+        self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
+        self._embed: EmbeddingServer | None = None
+        self._endpoint: Endpoint | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._catch_up_task: asyncio.Task[None] | None = None
+
+    async def start(self, memory_dir: Path) -> None:
+        """Reap what a crashed memd left behind, then start ticking the supervisor."""
+        if memory_dir.is_dir():
+            for state_dir in memory_dir.glob("*/.memd"):
+                reaped = await asyncio.to_thread(reap_leftovers, state_dir)
+                if reaped:
+                    log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
+        self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
+
+    def searcher(self, client_id: str) -> IndexSearcher | None:
+        pipeline = self._pipelines.get(client_id)
+        return pipeline.searcher if pipeline else None
+
+    async def apply(self, config: Config) -> None:
+        """Start, restart or stop client pipelines so they match `config`."""
+        wanted = config.enabled_clients()
+        for client_id in sorted(set(self._pipelines) - set(wanted)):
+            await self._stop(client_id)
+        for client_id in set(self._errors) - set(wanted):
+            del self._errors[client_id]
+        for client_id in sorted(wanted):
+            current = self._pipelines.get(client_id)
+            if current is not None and current.fingerprint == _fingerprint(config):
+                continue
+            if current is not None:
+                await self._stop(client_id)
+            try:
+                await self._start(config, ClientLayout(config.memory_dir, client_id))
+                self._errors.pop(client_id, None)
+            except Exception as exc:  # one client's broken folder must not stop the rest
+                log.exception("pipeline.start_failed", client=client_id)
+                self._errors[client_id] = f"{type(exc).__name__}: {exc}"
+        if not wanted or not settings.uses_embedded_model(config.embedding):
+            self._stop_embedding()
+
+    async def _start(self, config: Config, layout: ClientLayout) -> None:
+        client_id = layout.client_id
+        endpoint = await self._embedding_endpoint(config)
+        await asyncio.to_thread(settings.ensure_dirs, layout)
+        await asyncio.to_thread(
+            write_memsearch_toml, layout, settings.memsearch_toml(config, layout)
+        )
+        rebuilt = await asyncio.to_thread(maintenance.prepare_index, config, layout)
+        if rebuilt:
+            log.info("pipeline.index_rebuilt", client=client_id)
+        children: list[str] = []
+        requires: tuple[str, ...] = ()
+        server = settings.index_server_command(config, layout)
+        if server is not None:
+            sock = settings.index_socket_path(layout)
+            name = f"{client_id}/index"
+            self.supervisor.add(
+                ChildSpec(
+                    name=name,
+                    argv=server.argv,
+                    env=dict(server.env),
+                    cwd=server.cwd,
+                    log_path=layout.logs_dir / "index.log",
+                    pidfile=layout.state_dir / "index.pid",
+                    startsecs=0.5,
+                    stop_signal=signal.SIGINT,
+                    stop_timeout=10.0,
+                    ready=lambda sock=sock: index_ready(sock, timeout=0.2),
+                )
+            )
+            children.append(name)
+            requires = (name,)
+        watcher = settings.watcher_command(config, layout, endpoint)
+        name = f"{client_id}/watch"
+        self.supervisor.add(
+            ChildSpec(
+                name=name,
+                argv=watcher.argv,
+                env=dict(watcher.env),
+                cwd=watcher.cwd,
+                log_path=layout.logs_dir / "watch.log",
+                pidfile=layout.state_dir / "watch.pid",
+                startsecs=1.0,
+                stop_signal=signal.SIGINT,
+                stop_timeout=10.0,
+                ready=self._watching(name, layout.sessions),
+            ),
+            requires=requires,
+        )
+        children.append(name)
+        target = settings.index_target(config, layout)
+        searcher = IndexSearcher(target, config.embedding, root=layout.root)
+        self._pipelines[client_id] = _Pipeline(
+            layout,
+            config,
+            endpoint,
+            _fingerprint(config),
+            children,
+            searcher,
+            since=time.time() - CATCH_UP_MARGIN,
+        )
+        log.info("pipeline.started", client=client_id, children=children)
+
+    def _watching(self, name: str, sessions: Path) -> Callable[[], bool]:
+        """Ready once memsearch really watches sessions/ (its log line comes too early)."""
+
+        def ready() -> bool:
+            proc = self.supervisor.child(name).proc
+            return proc is not None and maintenance.watcher_ready(proc.pid, sessions)
+
+        return ready
+
+    async def _catch_up_loop(self, interval: float = 0.5) -> None:
+        """After any (re)start of a client's children, index what they may have missed.
+
+        memsearch's watcher skips files written between its initial scan and the start of
+        its observer, and a watcher that outlived its index server lost the events of the
+        outage. `maintenance.catch_up` re-indexes the files changed since the last good moment
+        with the watcher's own settings (unchanged chunks are not embedded twice).
+        """
+        while True:
+            await asyncio.sleep(interval)
+            for client_id, pipeline in list(self._pipelines.items()):
+                try:
+                    await self._catch_up(client_id, pipeline)
+                except Exception:
+                    log.exception("pipeline.catch_up_failed", client=client_id)
+
+    async def _catch_up(self, client_id: str, pipeline: _Pipeline) -> None:
+        pids: list[int | None] = []
+        for name in pipeline.children:
+            if not self.supervisor.is_ready(name):
+                return  # not all up: wait; `since` still marks the last good moment
+            proc = self.supervisor.child(name).proc
+            pids.append(proc.pid if proc is not None else None)
+        key = tuple(pids)
+        if key == pipeline.caught_up:
+            pipeline.since = time.time() - CATCH_UP_MARGIN
+            return
+        added = await asyncio.to_thread(
+            maintenance.catch_up,
+            pipeline.config,
+            pipeline.layout,
+            pipeline.endpoint,
+            pipeline.since,
+        )
+        if self._pipelines.get(client_id) is pipeline:
+            pipeline.caught_up = key
+        if added:
+            log.info("pipeline.caught_up", client=client_id, chunks=added)
+
+    async def _stop(self, client_id: str) -> None:
+        pipeline = self._pipelines.pop(client_id)
+        # Watcher first: it must not lose its index server in the middle of a write.
+        for name in reversed(pipeline.children):
+            await self.supervisor.remove(name)
+        await asyncio.to_thread(pipeline.searcher.close)
+        log.info("pipeline.stopped", client=client_id)
+
+    async def _embedding_endpoint(self, config: Config) -> Endpoint | None:
+        if not settings.uses_embedded_model(config.embedding):
+            return None
+        if self._endpoint is None:
+            self._embed = EmbeddingServer()
+            self._endpoint = await asyncio.to_thread(self._embed.start)
+        return self._endpoint
+
+    def _stop_embedding(self) -> None:
+        if self._embed is not None:
+            self._embed.stop()
+        self._embed = None
+        self._endpoint = None
+
+    def reset(self, client_id: str) -> bool:
+        """Take a client's FATAL children out of FATAL and start them again."""
+        pipeline = self._pipelines.get(client_id)
+        if pipeline is None:
+            return False
+        return any([self.supervisor.reset(name) for name in pipeline.children])
+
+    def status(self, client_id: str) -> dict[str, Any]:
+        pipeline = self._pipelines.get(client_id)
+        if pipeline is None:
+            error = self._errors.get(client_id)
+            return {"pipeline_error": error} if error else {}
+        children = self.supervisor.status()
+        out: dict[str, Any] = {}
+        for name in pipeline.children:
+            key = "index_server" if name.endswith("/index") else "watcher"
+            child = children.get(name)
+            out[key] = child.to_dict() if child is not None else None
+        return out
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Stop every child within `timeout`, then the endpoint."""
+        if self._catch_up_task is not None:
+            self._catch_up_task.cancel()
+            await asyncio.gather(self._catch_up_task, return_exceptions=True)
+        await self.supervisor.shutdown(timeout)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for pipeline in self._pipelines.values():
+            await asyncio.to_thread(pipeline.searcher.close)
+        self._pipelines.clear()
+        self._stop_embedding()

@@ -1,0 +1,436 @@
+"""In-process hybrid search and expand against one client's index, for recall.
+
+Recall connects with pymilvus to the client's index (the index server's `unix:` socket, or
+the scale-out Milvus server) and keeps that connection; no memsearch process per call. The
+query is embedded in-process with the same model the watcher indexes with: memd's embedded
+model directly, any other provider through memsearch's own provider classes.
+
+The search is memsearch's (`MilvusStore.search`, memsearch 0.4.23): a dense COSINE request
+and a BM25 request over the same filter, fused with RRF (k=60), scores normalised to [0, 1].
+It is rebuilt here, rather than called, so that every RPC carries a deadline; a test checks
+that both return the same hits. Expand is memsearch's too (`memsearch expand`'s section
+rule, reused from its CLI module): the full markdown section a chunk belongs to.
+
+Time filters use the exchange headings that memd's transcripts carry
+(`## 2026-11-30 02:41:07 UTC · exchange 3`): a range on `heading` narrows the search in
+Milvus (the heading time format sorts as text), then each hit's heading is parsed to apply
+the exact bounds. Chunks without an exchange heading (summaries) have no time and are left
+out of time-filtered searches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd.config import EmbeddingConfig
+from memd.indexing import embedding
+from memd.indexing.settings import IndexTarget, uses_embedded_model, watcher_embedding
+from memd.markdown import heading_time, parse_exchange_title
+
+log = structlog.get_logger()
+
+RRF_K = 60
+DEFAULT_TIMEOUT = 10.0
+OUTPUT_FIELDS = [
+    "content",
+    "source",
+    "heading",
+    "chunk_hash",
+    "heading_level",
+    "start_line",
+    "end_line",
+]
+
+
+class IndexUnavailableError(Exception):
+    """The client's index cannot be reached or did not answer in time (kind index_unavailable)."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One chunk found by a search. `when` is the exchange time from its heading, if any."""
+
+    chunk_hash: str
+    source: str
+    heading: str
+    heading_level: int
+    content: str
+    score: float
+    start_line: int
+    end_line: int
+    when: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    """The full markdown section (heading to next heading of the same level) around a chunk."""
+
+    chunk_hash: str
+    source: str
+    heading: str
+    start_line: int
+    end_line: int
+    content: str
+
+
+# -- query embedding -------------------------------------------------------------------------
+
+
+class QueryEmbedder:
+    """Embeds queries exactly as the client's watcher embeds chunks.
+
+    memsearch providers are async and their HTTP clients bind to the event loop they first
+    ran on, so they get one private loop thread for their whole life (a fresh
+    `asyncio.run` per call breaks them, as memsearch's own watcher notes).
+    """
+
+    def __init__(self, cfg: EmbeddingConfig) -> None:
+        self._cfg = cfg
+        self._provider: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def embed(self, text: str, timeout: float) -> list[float]:
+        if uses_embedded_model(self._cfg):
+            return embedding.embed_one(text)
+        provider, loop = self._ensure_provider()
+        future = asyncio.run_coroutine_threadsafe(provider.embed([text]), loop)
+        try:
+            return list(future.result(timeout=max(timeout, 0.01))[0])
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def _ensure_provider(self) -> tuple[Any, asyncio.AbstractEventLoop]:
+        with self._lock:
+            if self._provider is None:
+                self._provider = _memsearch_provider(self._cfg)
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="memd-query-embed", daemon=True
+                ).start()
+                self._loop = loop
+            assert self._loop is not None
+            return self._provider, self._loop
+
+    def close(self) -> None:
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop = None
+            self._provider = None
+
+
+def _memsearch_provider(cfg: EmbeddingConfig) -> Any:
+    """memsearch's provider for cfg, with cfg's base URL honoured where memsearch has no
+    parameter for it: its ollama provider reads OLLAMA_HOST, which memd sets only for the
+    watcher (see indexing.watcher_env), so recall talks to the same host here."""
+    emb = watcher_embedding(cfg, None)  # the very settings the watcher runs with
+    if emb.provider == "ollama" and emb.base_url:
+        return _OllamaQueryEmbedding(emb.model, emb.base_url)
+    from memsearch.embeddings import get_provider
+
+    return get_provider(
+        emb.provider, model=emb.model, base_url=emb.base_url or None, api_key=emb.api_key or None
+    )
+
+
+class _OllamaQueryEmbedding:
+    """memsearch's OllamaEmbedding.embed, against an explicit host."""
+
+    def __init__(self, model: str, host: str) -> None:
+        import ollama
+
+        self._client = ollama.AsyncClient(host=host)
+        self._model = model
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        result = await self._client.embed(model=self._model, input=texts)
+        return result["embeddings"]
+
+
+# -- time filter ------------------------------------------------------------------------------
+
+
+# The last second datetime can step past; no exchange is recorded that late, so a
+# `before` there needs no bound in Milvus (and +1 s would overflow).
+_END_OF_TIME = datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1)
+
+
+def time_filter_expr(after: datetime | None, before: datetime | None) -> str:
+    """A `heading` range that contains every exchange in [after, before) (and maybe a few
+    non-exchange headings, which the exact check drops)."""
+    parts = []
+    if after is not None:
+        floor = _aware(after).replace(microsecond=0)
+        parts.append(f'heading >= "{heading_time(floor)}"')
+    if before is not None and _aware(before) < _END_OF_TIME:
+        ceil = _aware(before).replace(microsecond=0) + timedelta(seconds=1)
+        parts.append(f'heading < "{heading_time(ceil)}"')
+    return " and ".join(parts)
+
+
+def in_range(when: datetime | None, after: datetime | None, before: datetime | None) -> bool:
+    """after is inclusive, before exclusive; a chunk without a time is in no range."""
+    if after is None and before is None:
+        return True
+    if when is None:
+        return False
+    if after is not None and when < _aware(after).replace(microsecond=0):
+        return False
+    return before is None or when < _aware(before)
+
+
+def _aware(moment: datetime) -> datetime:
+    """Naive datetimes are taken as UTC, like the transcript headings."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def exchange_time(heading: str) -> datetime | None:
+    parsed = parse_exchange_title(heading)
+    return parsed[0] if parsed else None
+
+
+# -- the searcher -----------------------------------------------------------------------------
+
+
+class IndexSearcher:
+    """Search and expand for one client; keep one per client and `close()` it when done.
+
+    Thread-safe; calls are blocking (run them in a worker thread from async code). Each
+    call is bounded by `timeout` seconds overall; a dead or slow index raises
+    IndexUnavailableError and the connection is dropped, so the next call reconnects.
+    """
+
+    def __init__(
+        self,
+        target: IndexTarget,
+        embedding_cfg: EmbeddingConfig,
+        root: Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.target = target
+        self.root = root
+        self.timeout = timeout
+        self._embedder = QueryEmbedder(embedding_cfg)
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    # -- public API --
+
+    def search(
+        self,
+        query: str,
+        top_k: int = 5,
+        *,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        timeout: float | None = None,
+    ) -> list[Hit]:
+        """The top chunks for `query`, best first; [] when nothing is indexed yet."""
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if not query.strip():
+            return []
+        deadline = time.monotonic() + (timeout or self.timeout)
+        timed = after is not None or before is not None
+        expr = time_filter_expr(after, before)
+        fetch = top_k * 2 if timed else top_k
+        try:
+            vector = self._embedder.embed(query, _remaining(deadline))
+        except TimeoutError:
+            raise IndexUnavailableError("embedding the query timed out") from None
+        rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline))
+        hits = [_hit(row) for row in rows]
+        return [h for h in hits if in_range(h.when, after, before)][:top_k]
+
+    def expand(self, hit: Hit) -> Section:
+        """The whole section of the hit's source file; the hit's own text if the file is gone."""
+        return expand_hit(hit, self.root)
+
+    def count(self, timeout: float | None = None) -> int:
+        """Rows in the client's collection (0 when it does not exist yet)."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+
+        def run(client: Any) -> int:
+            if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
+                return 0
+            return _row_count(client, self.target.collection, deadline)
+
+        return self._call(run)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_client()
+        self._embedder.close()
+
+    # -- internals --
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run fn with a connected client, mapping every transport failure to
+        IndexUnavailableError (and dropping the client, whose channel may be in backoff)."""
+        from pymilvus.exceptions import MilvusException
+
+        try:
+            client = self._connect()
+            return fn(client)
+        except IndexUnavailableError:
+            raise
+        except MilvusException as exc:
+            with self._lock:
+                self._drop_client()
+            raise IndexUnavailableError(f"index {self.target.uri}: {exc.message}") from exc
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            with self._lock:
+                self._drop_client()
+            raise IndexUnavailableError(f"index {self.target.uri}: {exc}") from exc
+
+    def _connect(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from pymilvus import MilvusClient
+
+                self._client = MilvusClient(
+                    uri=self.target.uri,
+                    token=self.target.token,
+                    timeout=self.timeout,
+                    dedicated=True,
+                )
+            return self._client
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
+
+    def _hybrid(
+        self, client: Any, vector: list[float], query: str, limit: int, expr: str, deadline: float
+    ) -> list[dict[str, Any]]:
+        from pymilvus import AnnSearchRequest, RRFRanker
+
+        name = self.target.collection
+        if not client.has_collection(name, timeout=_remaining(deadline)):
+            return []
+        self._ensure_loaded(client, deadline)
+        # BM25 over an empty collection fails (avgdl = 0); memsearch checks the same way.
+        if _row_count(client, name, deadline) == 0:
+            return []
+        extra = {"expr": expr} if expr else {}
+        reqs = [
+            AnnSearchRequest(
+                data=[vector],
+                anns_field="embedding",
+                param={"metric_type": "COSINE", "params": {}},
+                limit=limit,
+                **extra,
+            ),
+            AnnSearchRequest(
+                data=[query],
+                anns_field="sparse_vector",
+                param={"metric_type": "BM25"},
+                limit=limit,
+                **extra,
+            ),
+        ]
+        results = client.hybrid_search(
+            collection_name=name,
+            reqs=reqs,
+            ranker=RRFRanker(k=RRF_K),
+            limit=limit,
+            output_fields=OUTPUT_FIELDS,
+            timeout=_remaining(deadline),
+        )
+        if not results or not results[0]:
+            return []
+        max_rrf = len(reqs) / (RRF_K + 1)
+        return [{**hit["entity"], "score": hit["distance"] / max_rrf} for hit in results[0]]
+
+    def _ensure_loaded(self, client: Any, deadline: float) -> None:
+        """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
+        state = client.get_load_state(self.target.collection, timeout=_remaining(deadline))
+        if str(state.get("state", "")).endswith("Loaded"):
+            return
+        client.load_collection(self.target.collection, timeout=_remaining(deadline))
+
+
+def _row_count(client: Any, name: str, deadline: float) -> int:
+    stats = client.get_collection_stats(name, timeout=_remaining(deadline))
+    if int(stats.get("row_count", 0)) > 0:
+        return int(stats["row_count"])
+    rows = client.query(
+        collection_name=name,
+        filter="",
+        output_fields=["count(*)"],
+        consistency_level="Strong",
+        timeout=_remaining(deadline),
+    )
+    return int(rows[0]["count(*)"]) if rows else 0
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise IndexUnavailableError("index search timed out")
+    return left
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    import grpc
+
+    return isinstance(exc, (grpc.RpcError, grpc.FutureTimeoutError, ConnectionError, TimeoutError))
+
+
+def _hit(row: dict[str, Any]) -> Hit:
+    heading = row.get("heading") or ""
+    return Hit(
+        chunk_hash=row["chunk_hash"],
+        source=row["source"],
+        heading=heading,
+        heading_level=int(row.get("heading_level") or 0),
+        content=row.get("content") or "",
+        score=float(row["score"]),
+        start_line=int(row.get("start_line") or 0),
+        end_line=int(row.get("end_line") or 0),
+        when=exchange_time(heading),
+    )
+
+
+# -- expand -----------------------------------------------------------------------------------
+
+
+def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None = None) -> Section:
+    """memsearch's expand: from the chunk's heading to the next heading of the same or a
+    higher level. Only files under `root` (the client's folder) are read; a caller that
+    has the file's lines already (recall reads each file once) passes them."""
+    from memsearch.cli import _extract_section
+    from memsearch.io import read_utf8_text_replace
+
+    path = Path(hit.source)
+    fallback = Section(
+        hit.chunk_hash, hit.source, hit.heading, hit.start_line, hit.end_line, hit.content
+    )
+    if root is not None and not path.resolve().is_relative_to(root.resolve()):
+        log.warning("expand_outside_root", source=hit.source, root=str(root))
+        return fallback
+    if lines is None:
+        try:
+            lines = read_utf8_text_replace(path).splitlines()
+        except OSError:
+            return fallback
+    if hit.start_line > len(lines):
+        return fallback  # the file shrank since it was indexed
+    text, start, end = _extract_section(lines, hit.start_line, hit.heading_level)
+    return Section(hit.chunk_hash, hit.source, hit.heading, start, end, text)

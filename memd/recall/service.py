@@ -1,0 +1,273 @@
+"""MemoryRecall: the `_memory` tool's definition, arguments, search + expand, and output text.
+
+Independent of the socket: `memd.api.recall` serves it as JSON-RPC, `memd.cli.mcp` over stdio.
+
+A recall searches one client's index (the api hands in that client's own `IndexSearcher`),
+expands the best chunks to their full markdown section (memsearch's expand rule), drops
+what must not or need not be shown (front matter, sources outside the client's
+`sessions/`, files deleted since they were indexed, sections already shown), labels each
+section from its path *relative to the client's root* and returns at most `CHAR_BUDGET`
+characters of text, clipping long sections around the chunk that matched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
+from memd.layout import ClientLayout
+from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, read_lines
+from memd.recall.output import CHAR_BUDGET, Memory, Source, render
+
+log = structlog.get_logger()
+
+RECALL_TIMEOUT = 10.0  # seconds for one search, embedding included
+OVERFETCH = 2  # front-matter chunks and chunks of one section are dropped after the search
+
+_FRONT_MATTER_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*:")
+_CONV_HEADER_RE = re.compile(r"^# Conversation (\d+) \((.*)\)$")
+
+
+class RecallTimeoutError(Exception):
+    """The index answered but expanding its hits outran the deadline: the daemon is
+    overloaded (its threads are busy), which is neither the index's fault nor a bug."""
+
+
+async def recall(
+    searcher: IndexSearcher | None,
+    query: str,
+    top_k: int,
+    after: datetime | None,
+    before: datetime | None,
+    layout: ClientLayout,
+    *,
+    timeout: float = RECALL_TIMEOUT,
+    budget: int = CHAR_BUDGET,
+) -> dict[str, Any]:
+    """Search the client's index, expand the best hits, return `results` and `text`.
+
+    Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
+    or the search overruns `timeout` (the thread is then abandoned, never awaited).
+    """
+    if searcher is None:
+        raise IndexUnavailableError("the memory index is starting")
+    fetch = top_k * OVERFETCH + 1
+    deadline = time.monotonic() + timeout
+    search = _lane(searcher).submit(
+        functools.partial(_search_by, deadline, searcher, query, fetch, after, before)
+    )
+    try:
+        hits = await asyncio.wait_for(search, timeout + 1.0)
+    except TimeoutError:
+        raise IndexUnavailableError(
+            f"the memory index did not answer within {timeout:g} s"
+        ) from None
+    try:
+        memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
+    except TimeoutError:
+        raise RecallTimeoutError(
+            f"reading the matching transcripts took over {timeout:g} s (memd is overloaded)"
+        ) from None
+    return render(memories, budget)
+
+
+def _search_by(
+    deadline: float,
+    searcher: IndexSearcher,
+    query: str,
+    fetch: int,
+    after: datetime | None,
+    before: datetime | None,
+) -> list[Hit]:
+    """Runs on a lane thread, maybe after a wait in the lane's queue: search in the time
+    that is left, so a busy lane never starts work its caller has stopped waiting for."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise IndexUnavailableError("the recall waited its whole timeout behind earlier ones")
+    return searcher.search(query, fetch, after=after, before=before, timeout=left)
+
+
+LANE_THREADS = 2  # searches of one client at once
+# More may queue: a busy gateway has a few connections per client, each with a recall in
+# flight. Past that a recall fails at once; queued ones that outwait their deadline give up.
+LANE_WAITING = 16
+
+
+class _Lane:
+    """One client's own search threads: a hung index server ties up only these, never the
+    threads other clients' recalls (or anything else on the loop's executor) need."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
+        self.busy = 0  # submitted and not finished: running or queued
+
+    def submit(self, fn: Callable[[], list[Hit]]) -> asyncio.Future[list[Hit]]:
+        if self.busy >= LANE_THREADS + LANE_WAITING:
+            raise IndexUnavailableError(
+                f"{self.busy} recalls of this client are already waiting for its index"
+            )
+        self.busy += 1
+        future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: asyncio.Future[list[Hit]]) -> None:
+        self.busy -= 1
+
+
+_LANES: weakref.WeakKeyDictionary[IndexSearcher, _Lane] = weakref.WeakKeyDictionary()
+
+
+def _lane(searcher: IndexSearcher) -> _Lane:
+    lane = _LANES.get(searcher)
+    if lane is None:
+        lane = _LANES[searcher] = _Lane()
+        weakref.finalize(searcher, lane.pool.shutdown, wait=False)
+    return lane
+
+
+def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memory]:
+    """Expand hits best first into at most `top_k` distinct sections of this client's files."""
+    sessions = layout.sessions.resolve()
+    reader = _LineCache()
+    seen: set[tuple[Path, int, int]] = set()
+    out: list[Memory] = []
+    for hit in hits:
+        if len(out) >= top_k:
+            break
+        path = contained_path(hit.source, sessions)
+        if path is None:
+            log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
+            continue
+        if not path.is_file():
+            continue  # deleted since it was indexed: deleting a file removes it from recall
+        if _is_front_matter_only(hit):
+            continue
+        section = expand_hit(hit, sessions, reader.lines(path))
+        key = (path, section.start_line, section.end_line)
+        if key in seen:
+            continue
+        seen.add(key)
+        content = _strip_front_matter(section.content).strip("\n")
+        if not content.strip():
+            continue
+        focus = max(0, hit.start_line - section.start_line)
+        out.append(
+            Memory(
+                source=describe_source(path, sessions, hit, reader),
+                heading=section.heading,
+                content=content,
+                score=hit.score,
+                chunk_hash=hit.chunk_hash,
+                focus_line=focus,
+            )
+        )
+    return out
+
+
+def contained_path(source: str, sessions: Path) -> Path | None:
+    """The source file if it lies inside the client's `sessions/` (symlinks resolved), else None.
+
+    This is what keeps another client's chunk unresolvable even if one ever reached this
+    client's results: only files under the requesting client's own sessions/ are read.
+    """
+    try:
+        path = Path(source).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return path if path.is_relative_to(sessions) and path != sessions else None
+
+
+def describe_source(
+    path: Path, sessions: Path, hit: Hit, reader: _LineCache | None = None
+) -> Source:
+    """Label a section from its path relative to the client root: never an absolute path."""
+    rel = "sessions/" + path.relative_to(sessions).as_posix()
+    stem = path.stem
+    if (
+        path.suffix == ".md"
+        and stem.endswith("-summary")
+        and SESSION_ID_RE.match(stem.removesuffix("-summary"))
+    ):
+        return Source(
+            rel, "summary", stem.removesuffix("-summary"), None, _summary_span(hit.heading)
+        )
+    if path.suffix == ".md" and SESSION_ID_RE.match(stem):
+        number, started = _conversation_at(reader or _LineCache(), path, hit.start_line)
+        when = heading_time(hit.when) if hit.when else started
+        return Source(rel, "transcript", stem, number, when)
+    return Source(rel, "file", None, None, heading_time(hit.when) if hit.when else "")
+
+
+def _summary_span(heading: str) -> str:
+    from memd.markdown import parse_summary_title
+
+    span = parse_summary_title(heading)
+    return f"{heading_time(span[0])} – {heading_time(span[1])}" if span else ""
+
+
+def _conversation_at(reader: _LineCache, path: Path, line: int) -> tuple[int | None, str]:
+    """The `# Conversation N (...)` header above 1-based `line`, and the time it names."""
+    lines = reader.lines(path)
+    for i in range(min(line, len(lines)) - 1, -1, -1):
+        if m := _CONV_HEADER_RE.match(lines[i]):
+            started = m.group(2).split(",", 1)[0].strip()
+            try:
+                datetime.strptime(started, HEADING_TIME)
+            except ValueError:
+                started = ""
+            return int(m.group(1)), started
+    return None, ""
+
+
+class _LineCache:
+    """Each source file is read at most once per recall (lines decoded only when used)."""
+
+    def __init__(self) -> None:
+        self._lines: dict[Path, Sequence[str]] = {}
+
+    def lines(self, path: Path) -> Sequence[str]:
+        if path not in self._lines:
+            try:
+                self._lines[path] = read_lines(path)
+            except OSError:
+                self._lines[path] = []
+        return self._lines[path]
+
+
+def _front_matter_end(lines: list[str]) -> int:
+    """Index after the closing `---` of a leading YAML front matter block, or 0."""
+    if not lines or lines[0].strip() != "---":
+        return 0
+    for i in range(1, len(lines)):
+        if lines[i].strip() == "---":
+            return i + 1
+        if not _FRONT_MATTER_KEY_RE.match(lines[i]):
+            return 0
+    return 0
+
+
+def _is_front_matter_only(hit: Hit) -> bool:
+    """memsearch indexes a file's front matter as a chunk of its own; it is no memory."""
+    if hit.heading_level != 0 or hit.start_line > 1:
+        return False
+    lines = hit.content.strip("\n").split("\n")
+    end = _front_matter_end(lines)
+    return end > 0 and not "\n".join(lines[end:]).strip()
+
+
+def _strip_front_matter(text: str) -> str:
+    lines = text.split("\n")
+    end = _front_matter_end(lines)
+    return "\n".join(lines[end:]) if end else text

@@ -1,0 +1,369 @@
+"""The JSON-RPC server's socket: setup, peer check, connections, framing limits, cleanup.
+
+Framing: one message (request, notification or batch) per line, UTF-8, `\\n`-terminated;
+blank lines are ignored. Responses are ASCII JSON (non-ASCII escaped), one per line.
+
+Ordering: each request runs as its own task, so responses on one connection are written in
+**completion order**, not request order; clients match them by `id`. A slow call never holds
+up a fast one, on the same connection or another. Pipelining is bounded: past
+`max_inflight` unanswered requests a connection stops being read until one completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd.errors import ParseError, PayloadTooLarge
+from memd.rpc.protocol import (
+    MAX_BATCH,
+    MAX_LINE,
+    Dispatcher,
+    Registry,
+    decode,
+    encode,
+    error_response,
+)
+
+log = structlog.get_logger()
+
+MAX_INFLIGHT = 64
+BACKLOG = 256
+
+
+# --- the socket -----------------------------------------------------------------------
+
+
+class SocketSetupError(Exception):
+    """The socket cannot be set up safely, so memd must not start serving."""
+
+
+class SocketInUse(SocketSetupError):
+    """Another process (a live memd, or anything answering) already listens on the path."""
+
+
+class RpcServer:
+    """The JSON-RPC server on a Unix socket, with an explicit start/close lifecycle.
+
+    start(): the parent directory is created 0700 if missing; an existing one must be ours
+    and not group/world-writable (it is never chmod-ed: it may be the user's own folder).
+    `<socket>.lock` (flock, kept on disk) makes one server own the path at a time; a socket
+    file left by a crashed run is replaced, but one that answers connect() is never stolen
+    (SocketInUse). The socket is bound, chmod-ed 0600, and only then listens, so nobody can
+    connect before its mode is final. Peers whose uid (SO_PEERCRED) is not `allowed_uid`
+    are disconnected unserved.
+
+    close(): stops accepting and removes the socket file, lets in-flight requests finish and
+    their responses go out for up to `timeout` seconds, then cancels what is left.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        registry: Registry,
+        max_line: int = MAX_LINE,
+        *,
+        allowed_uid: int | None = None,
+        max_batch: int = MAX_BATCH,
+        max_inflight: int = MAX_INFLIGHT,
+    ) -> None:
+        self.path = Path(path)
+        self.dispatcher = Dispatcher(registry, max_batch)
+        self.max_line = max_line
+        self.max_inflight = max_inflight
+        self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
+        self._server: asyncio.Server | None = None
+        self._lock_fd: int | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._connections: dict[_Connection, asyncio.Task[None]] = {}
+        self._closing = False
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        if self._server is not None or self._closing:
+            raise RuntimeError("an RpcServer starts once; make a new one to listen again")
+        if len(os.fsencode(self.path)) >= 104:  # sun_path: 108 bytes on Linux, 104 on macOS
+            raise SocketSetupError(f"socket path too long for AF_UNIX: {self.path}")
+        _prepare_dir(self.path.parent)
+        self._lock_fd = _lock(self.path)
+        sock = None
+        try:
+            await _clear_stale(self.path)
+            sock = _bind(self.path)
+            st = os.stat(self.path)
+            self._socket_id = (st.st_dev, st.st_ino)
+            self._server = await asyncio.start_unix_server(
+                self._on_connect, sock=sock, limit=self.max_line, backlog=BACKLOG
+            )
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            self._unlink_socket()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise
+        log.info("rpc.listening", path=str(self.path))
+
+    async def close(self, timeout: float = 5.0) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._closing = True
+        server.close()
+        self._unlink_socket()
+        for conn in self._connections:
+            conn.stop()
+        tasks = set(self._connections.values())
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        await server.wait_closed()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("rpc.closed", path=str(self.path))
+
+    async def __aenter__(self) -> RpcServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            pid, uid = _peer_cred(writer.get_extra_info("socket"))
+        except OSError:  # the peer is already gone
+            writer.transport.abort()
+            return
+        if self._closing or (uid is not None and uid != self.allowed_uid):
+            if not self._closing:
+                log.warning("rpc.peer_refused", peer_uid=uid, peer_pid=pid)
+            writer.transport.abort()
+            return
+        conn = _Connection(self, reader, writer)
+        task = asyncio.get_running_loop().create_task(conn.serve())
+        conn.task = task
+        self._connections[conn] = task
+        task.add_done_callback(lambda _t: self._connections.pop(conn, None))
+
+    def _unlink_socket(self) -> None:
+        """Remove the socket file, but only the one we bound (never a successor's)."""
+        if self._socket_id is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._socket_id:
+                os.unlink(self.path)
+        self._socket_id = None
+
+
+class _Connection:
+    """One client: reads lines, runs each request as a task, writes responses as they finish."""
+
+    def __init__(
+        self, server: RpcServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._dispatcher = server.dispatcher
+        self._max_line = server.max_line
+        self._reader = reader
+        self._writer = writer
+        self._slots = asyncio.Semaphore(server.max_inflight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading = False
+        self._stopping = False
+        self.task: asyncio.Task[None] | None = None
+
+    def stop(self) -> None:
+        """Stop reading new requests; in-flight ones still finish and answer."""
+        self._stopping = True
+        if self._reading and self.task is not None:
+            self.task.cancel()
+
+    async def serve(self) -> None:
+        try:
+            self._reading = True
+            try:
+                await self._read_loop()
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            finally:
+                self._reading = False
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+            self._writer.close()
+            await self._writer.wait_closed()
+        except asyncio.CancelledError:
+            # close() ran out of patience: cancel the handlers and give them a moment to
+            # unwind, then end normally (this task is ours; nobody awaits its cancellation).
+            self._abort()
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=1.0)
+        except OSError:
+            self._abort()  # the peer went away while we were flushing
+        except Exception:
+            log.exception("rpc.connection_failed")
+            self._abort()
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # the StreamReader's limit: a line longer than max_line
+                await self._refuse_oversize()
+                return
+            except OSError:
+                return
+            if not line:
+                return
+            if line.isspace():
+                continue
+            try:
+                message = decode(line)
+            except ParseError as exc:
+                await self._send(encode(error_response(exc, None)))
+                continue
+            await self._slots.acquire()
+            task = asyncio.create_task(self._respond(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _respond(self, message: Any) -> None:
+        response = await self._dispatcher.dispatch(message)
+        if response is not None:
+            await self._send(encode(response))
+
+    async def _send(self, data: bytes) -> None:
+        writer = self._writer
+        if writer.is_closing():
+            return
+        writer.write(data)
+        with contextlib.suppress(OSError):
+            await writer.drain()
+
+    async def _refuse_oversize(self) -> None:
+        log.warning("rpc.payload_too_large", limit=self._max_line)
+        exc = PayloadTooLarge(
+            f"message longer than the line limit of {self._max_line} bytes; closing connection",
+            data={"limit": self._max_line},
+        )
+        await self._send(encode(error_response(exc, None)))
+
+    def _abort(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._writer.transport.abort()
+
+
+def _prepare_dir(directory: Path) -> None:
+    """Create missing directories 0700; refuse an existing one that others could write to."""
+    missing = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SocketSetupError(f"{directory} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise SocketSetupError(
+            f"{directory} belongs to uid {st.st_uid}, not to us; "
+            "put the socket in a directory of your own"
+        )
+    if st.st_mode & 0o022:
+        raise SocketSetupError(
+            f"{directory} is writable by group or others, so the socket "
+            f"could be replaced; run `chmod go-w {directory}` or choose "
+            "another socket path"
+        )
+
+
+def _lock(path: Path) -> int:
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SocketInUse(f"another memd is already listening on {path}") from None
+    return fd
+
+
+async def _clear_stale(path: Path) -> None:
+    """Remove a socket file that nobody answers on; never touch a live one or a non-socket."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketSetupError(f"{path} exists and is not a socket; refusing to replace it")
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), 2.0)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        log.info("rpc.stale_socket_removed", path=str(path))
+        return
+    except (TimeoutError, BlockingIOError):
+        pass  # a listener with a full backlog is still a listener
+    except OSError as exc:
+        raise SocketSetupError(f"cannot probe existing socket {path}: {exc}") from exc
+    else:
+        writer.close()
+    raise SocketInUse(f"another memd is already listening on {path}")
+
+
+def _bind(path: Path) -> socket.socket:
+    """A bound, 0600, not-yet-listening socket: connect() fails until listen()."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        os.chmod(path, 0o600)
+    except BaseException:
+        sock.close()
+        os.unlink(path)  # ours: we hold the lock and nothing was listening here
+        raise
+    return sock
+
+
+def _peer_cred(sock: Any) -> tuple[int | None, int | None]:
+    """(pid, uid) of the peer; (None, None) where the platform cannot tell."""
+    if hasattr(socket, "SO_PEERCRED"):  # Linux: struct ucred {pid_t; uid_t; gid_t}
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+        pid, uid, _gid = struct.unpack("iII", raw)
+        return pid, uid
+    if hasattr(socket, "LOCAL_PEERCRED"):  # macOS/BSD: struct xucred {u_int version; uid_t; ...}
+        raw = sock.getsockopt(0, socket.LOCAL_PEERCRED, struct.calcsize("IIh16I"))
+        return None, struct.unpack_from("II", raw)[1]
+    return None, None

@@ -1,0 +1,409 @@
+"""One client's session state on disk: schema, group-commit writer, transcript appends, recovery.
+
+`Committer` takes what record calls decided on the event loop and writes it in one
+batch per round (group commit): everything queued while the previous batch was syncing
+goes next, and callers are answered only once their batch is on disk. Session events
+(end, resume) go to their hooks after the commit, in order, off the writer's path.
+
+`StateStore` owns `<root>/.memd/state.sqlite3` (WAL, synchronous=FULL) and the open
+transcript files, and is used only from the client's one IO thread (`ClientSessions`
+runs it there). A commit appends each transcript's share of a batch with one write and
+one fsync, then commits the state in one transaction: the rows the batch changed,
+each written transcript's committed size and tail digest, and the exchange_ids of its
+`record_exchange` calls (`memd.sessions.exchange_keys`: a key is durable exactly when its
+exchange was acknowledged). On open, a transcript longer than its committed size ends
+in bytes no caller was told about and is cut back (transcript.reconcile), a session file
+that never reached the state is removed, and a session whose file was moved between
+`sessions/` and `archive/` without the state hearing of it gets the state that matches
+where the file is.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd.layout import ClientLayout
+from memd.markdown import transcript
+from memd.sessions import chat
+from memd.sessions.exchange_keys import KeyRow
+
+log = structlog.get_logger()
+
+STATE_FILE = "state.sqlite3"
+CACHE_KIB = 256  # sqlite page cache per client state database (default 2,000)
+Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
+Event = tuple[str, dict[str, Any]]  # ("end" | "resume", session info)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, state TEXT NOT NULL, started REAL NOT NULL,
+    last_activity REAL NOT NULL, ended REAL, end_reason TEXT,
+    conversations INTEGER NOT NULL, last_conv INTEGER,
+    size INTEGER NOT NULL DEFAULT 0, tail BLOB,
+    resumed REAL, resumes INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS conversations (
+    conv INTEGER PRIMARY KEY, kind TEXT NOT NULL, external_id TEXT, session_id TEXT,
+    number INTEGER NOT NULL, exchanges INTEGER NOT NULL, last_active REAL NOT NULL,
+    title TEXT);
+CREATE TABLE IF NOT EXISTS nodes (
+    hash BLOB PRIMARY KEY, conv INTEGER NOT NULL, exchange INTEGER NOT NULL, parent BLOB
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent);
+CREATE TABLE IF NOT EXISTS exchange_keys (
+    conv INTEGER NOT NULL, exchange_id TEXT NOT NULL, digest BLOB NOT NULL,
+    session_id TEXT NOT NULL, number INTEGER NOT NULL,
+    PRIMARY KEY (conv, exchange_id)
+) WITHOUT ROWID;
+"""
+# Tables added later need nothing more: the schema's CREATE TABLE IF NOT EXISTS runs on
+# every open. Columns added after the first release: (table, name, definition).
+_ADDED_COLUMNS = [
+    ("sessions", "resumed", "REAL"),
+    ("sessions", "resumes", "INTEGER NOT NULL DEFAULT 0"),
+    ("conversations", "title", "TEXT"),
+]
+_CONV_COLUMNS = "conv, kind, external_id, session_id, number, exchanges, last_active, title"
+_SESSION_COLUMNS = (
+    "session_id, state, started, last_activity, ended, end_reason,"
+    " conversations, last_conv, resumed, resumes, size, tail"
+)
+_UPSERT_SESSION = """
+INSERT INTO sessions (session_id, state, started, last_activity, ended, end_reason,
+                      conversations, last_conv, resumed, resumes)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET state = excluded.state, started = excluded.started,
+    last_activity = excluded.last_activity, ended = excluded.ended,
+    end_reason = excluded.end_reason, conversations = excluded.conversations,
+    last_conv = excluded.last_conv, resumed = excluded.resumed, resumes = excluded.resumes
+"""
+
+
+@dataclass(slots=True)
+class Session:
+    """One session row. `resumed` is set when an ended session was reopened (last time)."""
+
+    session_id: str
+    state: str  # active | ended | compacted
+    started: float
+    last_activity: float
+    ended: float | None = None
+    end_reason: str | None = None
+    conversations: int = 0
+    last_conv: int | None = None  # the conversation written last: a header is due on change
+    resumed: float | None = None
+    resumes: int = 0
+    size: int = 0  # committed bytes (the store's business)
+    tail: bytes | None = None
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.session_id,
+            self.state,
+            self.started,
+            self.last_activity,
+            self.ended,
+            self.end_reason,
+            self.conversations,
+            self.last_conv,
+            self.resumed,
+            self.resumes,
+        )
+
+
+@dataclass(slots=True)
+class Conv:
+    """One conversation row: where its latest section is, and its title.
+
+    `title` is the conversation's first user message (None: not known, e.g. a
+    conversation recorded before titles existed); every exchange heading carries it.
+    """
+
+    key: int
+    kind: str  # "mcp" | "chat"
+    external_id: str | None
+    session_id: str | None
+    number: int = 0  # its number in that session
+    exchanges: int = 0
+    last_active: float = 0.0
+    title: str | None = None
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.key,
+            self.kind,
+            self.external_id,
+            self.session_id,
+            self.number,
+            self.exchanges,
+            self.last_active,
+            self.title,
+        )
+
+
+@dataclass
+class Change:
+    """What one record call commits: transcript bytes, rows, and a session to reopen."""
+
+    write: tuple[str, bytes, bytes] | None = None  # session id, data, front matter
+    session_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    conv_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    nodes: list[chat.Node] = field(default_factory=list)
+    keys: list[KeyRow] = field(default_factory=list)  # record_exchange's exchange_ids
+    reopen: str | None = None  # a resumed session: its file is brought back and measured
+
+
+@dataclass
+class Loaded:
+    sessions: list[Session]
+    convs: list[Conv]
+    reader: StateReader  # nodes and exchange keys stay on disk; memory keeps recent ones
+
+
+class StateReader:
+    """Point lookups of committed prefix-index nodes and exchange keys, for chat.PrefixIndex
+    and exchange_keys.ExchangeKeys on the event loop.
+
+    Its own read-only connection: in WAL mode it sees every committed transaction and never
+    blocks the IO thread's writer. One lookup is an index probe (tens of microseconds).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+
+    def node(self, h: bytes) -> tuple[int, int] | None:
+        row = self._db.execute("SELECT conv, exchange FROM nodes WHERE hash = ?", (h,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def has_children(self, h: bytes) -> bool:
+        return (
+            self._db.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (h,)).fetchone()
+            is not None
+        )
+
+    def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None:
+        row = self._db.execute(
+            "SELECT digest, session_id, number FROM exchange_keys "
+            "WHERE conv = ? AND exchange_id = ?",
+            (conv, exchange_id),
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class StateStore:
+    """The client's transcripts and sqlite state; used only from the client's one IO thread."""
+
+    def __init__(self, layout: ClientLayout) -> None:
+        self.layout = layout
+        self.db: sqlite3.Connection | None = None
+        self.reader: StateReader | None = None
+        self.files: dict[str, transcript.AppendFile] = {}
+
+    def open(self) -> Loaded:
+        self.layout.ensure()
+        path = self.layout.state_dir / STATE_FILE
+        fresh = not path.exists()
+        # check_same_thread: only the IO thread may touch this connection. sqlite3's
+        # statement cache is not safe across threads (cpython#118172: "bad parameter or
+        # other API misuse", wrong rows); a stray use must fail loudly, not corrupt.
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=True)
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk before a caller hears "recorded"; with NORMAL a power
+        # loss could lose a commit whose transcript bytes survived, and recovery would
+        # then cut an acknowledged exchange.
+        db.execute("PRAGMA synchronous=FULL")
+        # Everything is read once at open and kept in memory; after that the database is
+        # only appended to. sqlite's default 2 MB page cache per connection would fill with
+        # pages of the random-keyed node index and never help: one client's state costs
+        # memd up to 2 MB that way, which showed as slow RSS growth under bench/load.py.
+        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        db.executescript(_SCHEMA)
+        _migrate(db)
+        self.db = db
+        loaded = self._load()
+        self._recover(loaded, fresh)
+        return loaded
+
+    def _load(self) -> Loaded:
+        assert self.db is not None
+        sessions = [
+            Session(*row)
+            for row in self.db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY started, rowid"
+            )
+        ]
+        convs = [
+            Conv(*row) for row in self.db.execute(f"SELECT {_CONV_COLUMNS} FROM conversations")
+        ]
+        if self.reader is not None:
+            self.reader.close()
+        self.reader = StateReader(self.layout.state_dir / STATE_FILE)
+        return Loaded(sessions, convs, self.reader)
+
+    def _recover(self, loaded: Loaded, fresh: bool) -> None:
+        """Make transcripts agree with the committed state after a crash (see module doc)."""
+        known = {s.session_id for s in loaded.sessions}
+        for s in loaded.sessions:
+            if s.state == "active":
+                outcome = transcript.reconcile(
+                    self.layout.session_file(s.session_id), s.size, s.tail
+                )
+                if outcome == "shorter":
+                    s.size = self.layout.session_file(s.session_id).stat().st_size
+            else:
+                self._settle(s)
+        if fresh:
+            return  # a lost state database must never cost the user their transcripts
+        newest = max(known, default="")
+        for path in sorted(self.layout.sessions.glob("*.md")):
+            if (
+                path.stem not in known
+                and path.stem > newest
+                and transcript.is_orphan(path, self.layout.client_id)
+            ):
+                path.unlink()
+                transcript.fsync_dir(path.parent)
+                log.info(
+                    "unacknowledged session file removed",
+                    client=self.layout.client_id,
+                    path=str(path),
+                )
+
+    def _settle(self, s: Session) -> None:
+        """An ended session's state follows its file: live in sessions/ or in archive/.
+
+        `compacted` with the transcript back in sessions/: a resume restored it and died
+        before its commit (or a person moved it back); it is `ended` again, so it gets
+        compacted again. `ended` with the transcript only in archive/: compaction
+        finished but its mark never arrived.
+        """
+        live = self.layout.session_file(s.session_id).exists()
+        archived = self.layout.archive_file(s.session_id).exists()
+        state = s.state
+        if s.state == "compacted" and live and not archived:
+            state = "ended"
+        elif s.state == "ended" and archived and not live:
+            state = "compacted"
+        if state != s.state:
+            assert self.db is not None
+            self.db.execute(
+                "UPDATE sessions SET state = ? WHERE session_id = ?", (state, s.session_id)
+            )
+            log.info(
+                "session state follows its file",
+                client=self.layout.client_id,
+                session=s.session_id,
+                **{"from": s.state, "to": state},
+            )
+            s.state = state
+
+    def commit(self, batch: Sequence[Change]) -> None:
+        """Reopen resumed sessions, append each transcript's share (one write + fsync), commit."""
+        sizes: list[tuple[int, bytes | None, str]] = [
+            (*self._reopen(c.reopen), c.reopen) for c in batch if c.reopen
+        ]
+        writes: dict[str, tuple[bytes, list[bytes]]] = {}
+        for change in batch:
+            if change.write:
+                sid, data, header = change.write
+                writes.setdefault(sid, (header, []))[1].append(data)
+        for sid, (header, chunks) in writes.items():
+            f = self.files.get(sid)
+            if f is None:
+                f = self.files[sid] = transcript.AppendFile(self.layout.session_file(sid))
+            size, digest = f.append(b"".join(chunks), header)
+            sizes.append((size, digest, sid))
+        self._commit_state(batch, sizes)
+        for change in batch:
+            for row in change.session_rows:
+                if row[1] != "active" and row[0] in self.files:
+                    self.files.pop(row[0]).close()
+
+    def _reopen(self, session_id: str) -> tuple[int, bytes | None]:
+        """Bring a resumed session's transcript back into sessions/; its size and tail digest.
+
+        Restore hooks (compaction) normally did the move already; without them, or if
+        they left it, the transcript is moved back here, and a summary left in sessions/
+        is removed (it no longer covers the session). The file as it is now is the
+        committed part that recovery keeps.
+        """
+        layout = self.layout
+        live = layout.session_file(session_id)
+        if not live.exists() and layout.archive_file(session_id).exists():
+            transcript.restore(layout, session_id)
+            log.info(
+                "transcript restored from archive", client=layout.client_id, session=session_id
+            )
+        summary = layout.summary_file(session_id)
+        if summary.exists():
+            summary.unlink()
+            transcript.fsync_dir(summary.parent)
+            log.info("stale summary removed", client=layout.client_id, session=session_id)
+        return _measure(live)
+
+    def _commit_state(
+        self, batch: Sequence[Change], sizes: list[tuple[int, bytes | None, str]]
+    ) -> None:
+        assert self.db is not None
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            for change in batch:
+                db.executemany(_UPSERT_SESSION, change.session_rows)
+                db.executemany(
+                    f"INSERT OR REPLACE INTO conversations ({_CONV_COLUMNS})"
+                    " VALUES (?,?,?,?,?,?,?,?)",
+                    change.conv_rows,
+                )
+                db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
+                # plain INSERT: a key is written once; a second one would be a bug
+                db.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
+            # in order: a reopened file's measured size first, then what was appended to it
+            db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a state database from an earlier version lacks."""
+    for table, name, definition in _ADDED_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+            log.info("state database migrated", table=table, column=name)
+
+
+def _measure(path: Path) -> tuple[int, bytes | None]:
+    """Size and tail digest of a transcript as it is on disk; (0, None) when it is gone."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - transcript.TAIL_BYTES))
+            return size, transcript.tail_digest(fh.read())
+    except FileNotFoundError:
+        return 0, None

@@ -1,0 +1,435 @@
+"""One supervised program: its immutable spec and its state machine with backoff.
+
+The model is supervisord's Subprocess (`supervisor/process.py`): states from
+`memd.supervision.states`, one method that changes state (`_change_state`), backoff kept as data on
+the child, and one `step(now)` per tick that makes every timing decision. OS effects go
+through a `Spawner`/`Proc` seam (`memd.supervision.procs` for real), so tests drive it with a fake
+clock and fake processes.
+
+Lifecycle (what `step` does):
+
+    STOPPED --start--> STARTING --up startsecs and ready--> RUNNING
+    STARTING --exits (fast failure)--> BACKOFF --after delay--> STARTING
+    BACKOFF --more than startretries fast failures in a row--> FATAL --reset--> STOPPED
+    RUNNING --exits--> EXITED --after delay--> STARTING
+    STARTING/RUNNING --stop--> STOPPING --exits--> STOPPED
+    STOPPING --stop_timeout--> SIGKILL to the group --exits--> STOPPED
+    BACKOFF/EXITED --stop--> STOPPED
+
+The restart delay starts at backoff_start, doubles after every failure (fast or not) up to
+backoff_cap, and goes back to backoff_start once the child has been RUNNING for
+reset_after seconds. The fast-failure count (`retries`) resets on reaching RUNNING.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import structlog
+
+from memd.supervision.procs import redact_argv
+from memd.supervision.states import IDLE_STATES, SIGNALLABLE_STATES, WAITING_STATES, ProcessStates
+
+log = structlog.get_logger()
+
+S = ProcessStates
+HOUSEKEEP_EVERY = 10.0  # seconds between log-size checks of a live child
+
+# new state -> the states it may be entered from
+_ALLOWED_FROM: dict[str, frozenset[str]] = {
+    S.STARTING: frozenset((S.STOPPED, S.BACKOFF, S.EXITED)),
+    S.RUNNING: frozenset((S.STARTING,)),
+    S.BACKOFF: frozenset((S.STARTING,)),
+    S.STOPPING: frozenset((S.STARTING, S.RUNNING)),
+    S.EXITED: frozenset((S.RUNNING,)),
+    S.STOPPED: frozenset((S.STOPPING, S.BACKOFF, S.EXITED, S.FATAL)),
+    S.FATAL: frozenset((S.BACKOFF,)),
+}
+
+
+class StateError(RuntimeError):
+    """A transition the state machine does not allow: a bug in the caller or in memd."""
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What to run and how to supervise it. Immutable: a changed program is a new spec.
+
+    env is the child's whole environment (None: inherit memd's). stop_signal defaults to
+    SIGINT because memd's children are Python programs whose cleanup runs on
+    KeyboardInterrupt (memsearch watch skips it on SIGTERM), as watchfiles does.
+    ready, if given, must be cheap and non-blocking (it runs on the event loop every tick):
+    a child is RUNNING only once it is up startsecs *and* ready() is true; if it is not
+    ready within ready_timeout it is SIGKILLed and counts as a fast failure. ready is not
+    part of equality, so specs built twice from the same config compare equal.
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+    log_path: Path | None = None
+    pidfile: Path | None = None
+    startsecs: float = 3.0
+    startretries: int = 3
+    backoff_start: float = 1.0
+    backoff_cap: float = 60.0
+    reset_after: float = 60.0
+    stop_signal: int = signal.SIGINT
+    stop_timeout: float = 10.0
+    kill_timeout: float = 5.0
+    ready: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+    ready_timeout: float = 60.0
+    log_max_bytes: int = 5 * 1024 * 1024
+    log_backups: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("child name must not be empty")
+        argv = tuple(str(a) for a in self.argv)
+        if not argv:
+            raise ValueError(f"{self.name}: argv must not be empty")
+        object.__setattr__(self, "argv", argv)
+        if self.env is not None:
+            object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        numbers = (
+            "startsecs",
+            "reset_after",
+            "stop_timeout",
+            "kill_timeout",
+            "ready_timeout",
+            "startretries",
+            "log_max_bytes",
+            "log_backups",
+        )
+        for name in numbers:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{self.name}: {name} must be >= 0")
+        if self.backoff_start <= 0:
+            raise ValueError(f"{self.name}: backoff_start must be > 0 (no tight restart loops)")
+        if self.backoff_cap < self.backoff_start:
+            raise ValueError(f"{self.name}: backoff_cap must be >= backoff_start")
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a process ended: an exit code or the signal that killed it."""
+
+    code: int | None
+    signal: int | None
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitInfo:
+        if returncode < 0:
+            return cls(code=None, signal=-returncode)
+        return cls(code=returncode, signal=None)
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    def __str__(self) -> str:
+        if self.signal is not None:
+            return f"killed by {self.signal_name}"
+        return f"exit code {self.code}"
+
+
+class Proc(Protocol):
+    """A spawned process, as the state machine sees it."""
+
+    pid: int
+
+    def poll(self) -> int | None:
+        """Popen-style returncode (negative: killed by that signal) once exited, else None."""
+
+    def signal(self, sig: int) -> None:
+        """Send sig to the process group; no error if it is gone."""
+
+    def rss(self) -> int | None:
+        """Resident memory in bytes (the child and its descendants), None if unknown."""
+
+    def housekeep(self) -> None:
+        """Periodic upkeep while alive (log size)."""
+
+    def release(self) -> None:
+        """Called once after the process was reaped (pidfile cleanup)."""
+
+
+class Spawner(Protocol):
+    def spawn(self, spec: ChildSpec) -> Proc:
+        """Start the program; raise on failure (counts as a fast failure)."""
+
+    def log_tail(self, spec: ChildSpec) -> str:
+        """The end of the child's log, kept for status when it fails."""
+
+
+@dataclass(frozen=True)
+class ChildStatus:
+    """One line of `memd status`: JSON-ready via to_dict()."""
+
+    name: str
+    state: str
+    pid: int | None
+    uptime: float | None  # seconds since this process was spawned
+    restarts: int  # spawns after the first one
+    retries: int  # fast failures in a row
+    rss: int | None
+    last_exit_code: int | None
+    last_signal: str | None
+    last_error: str | None
+    next_start_in: float | None  # BACKOFF/EXITED: seconds until the next start
+    log_path: str | None
+    log_tail: str | None  # only when FATAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Child:
+    """The state machine of one supervised program (single-threaded: the event loop)."""
+
+    def __init__(self, spec: ChildSpec, spawner: Spawner) -> None:
+        self.spec = spec
+        self._spawner = spawner
+        self.state: str = S.STOPPED
+        self.proc: Proc | None = None
+        self.spawned_at: float | None = None
+        self.running_since: float | None = None
+        self.next_start_at: float | None = None
+        self.stop_deadline: float | None = None
+        self.killed_at: float | None = None
+        self.delay = spec.backoff_start
+        self.retries = 0
+        self.starts = 0
+        self.last_exit: ExitInfo | None = None
+        self.last_error: str | None = None
+        self.log_tail = ""
+        self._next_housekeep = 0.0
+        self._log = log.bind(name=spec.name)
+
+    # -- the one place a state changes --------------------------------------------------
+
+    def _change_state(self, new: str) -> None:
+        old = self.state
+        if old not in _ALLOWED_FROM[new]:
+            raise StateError(f"{self.spec.name}: {old} -> {new} is not allowed")
+        self.state = new
+        pid = self.proc.pid if self.proc is not None else None
+        level = self._log.error if new == S.FATAL else self._log.info
+        level("child state", pid=pid, **{"from": old, "to": new})
+
+    # -- commands -----------------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Spawn from STOPPED with a fresh retry budget; no-op in any other state."""
+        if self.state != S.STOPPED:
+            return
+        self.retries = 0
+        self.delay = self.spec.backoff_start
+        self._spawn(now)
+
+    def stop(self, now: float) -> None:
+        """Polite stop: stop_signal to the group, SIGKILL after stop_timeout (in step)."""
+        if self.state in (S.STARTING, S.RUNNING):
+            assert self.proc is not None
+            self.proc.signal(self.spec.stop_signal)
+            self.stop_deadline = now + self.spec.stop_timeout
+            self._change_state(S.STOPPING)
+        elif self.state in WAITING_STATES:
+            self.next_start_at = None
+            self._change_state(S.STOPPED)
+
+    def kill(self, now: float) -> None:
+        """Stop now: SIGKILL to the group (used when a shutdown runs out of time)."""
+        self.stop(now)
+        if self.state == S.STOPPING and self.killed_at is None:
+            self._sigkill(now)
+
+    def reset(self) -> bool:
+        """FATAL -> STOPPED with a fresh retry budget, so it can be started again."""
+        if self.state != S.FATAL:
+            return False
+        self.retries = 0
+        self.delay = self.spec.backoff_start
+        self.log_tail = ""
+        self._change_state(S.STOPPED)
+        return True
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs and nothing will until start() or reset()."""
+        return self.state in IDLE_STATES
+
+    # -- the tick -------------------------------------------------------------------------
+
+    def step(self, now: float, *, can_spawn: bool = True) -> None:
+        """Make every timing decision for this tick. can_spawn=False holds back (re)starts
+        (the supervisor passes it while a required child is not RUNNING)."""
+        if self.state in SIGNALLABLE_STATES:
+            assert self.proc is not None
+            returncode = self.proc.poll()
+            if returncode is not None:
+                self._exited(now, ExitInfo.from_returncode(returncode))
+        if self.state == S.STARTING:
+            self._check_started(now)
+        elif self.state == S.RUNNING:
+            self._check_running(now)
+        elif self.state == S.STOPPING:
+            self._check_stopping(now)
+        if self.state in WAITING_STATES and can_spawn:
+            assert self.next_start_at is not None
+            if now >= self.next_start_at:
+                self._spawn(now)
+
+    def _spawn(self, now: float) -> None:
+        self._change_state(S.STARTING)
+        self.starts += 1
+        self.spawned_at = now
+        self.running_since = self.next_start_at = self.stop_deadline = self.killed_at = None
+        self._next_housekeep = now + HOUSEKEEP_EVERY
+        try:
+            self.proc = self._spawner.spawn(self.spec)
+        except Exception as exc:  # whatever the seam raises is a failed start
+            self.last_error = f"spawn failed: {exc}"
+            self._log.warning("spawn failed", error=str(exc))
+            self._fast_failure(now)
+            return
+        self._log.info("child spawned", pid=self.proc.pid, argv=redact_argv(self.spec.argv))
+
+    def _check_started(self, now: float) -> None:
+        assert self.spawned_at is not None
+        if self.killed_at is not None:
+            self._check_killed(now)
+            return
+        up = now - self.spawned_at
+        if up < self.spec.startsecs:
+            return
+        if self._is_ready():
+            self.running_since = now
+            self.retries = 0
+            self._change_state(S.RUNNING)
+        elif up >= self.spec.ready_timeout:
+            self.last_error = f"not ready after {up:.1f}s"
+            self._log.warning("child not ready; SIGKILL", up=round(up, 1))
+            self._sigkill(now)
+
+    def _check_running(self, now: float) -> None:
+        assert self.running_since is not None
+        if now - self.running_since >= self.spec.reset_after:
+            self.delay = self.spec.backoff_start
+        self._housekeep(now)
+
+    def _check_stopping(self, now: float) -> None:
+        assert self.stop_deadline is not None
+        if self.killed_at is not None:
+            self._check_killed(now)
+        elif now >= self.stop_deadline:
+            self._log.warning("child ignored its stop signal; SIGKILL to its group")
+            self._sigkill(now)
+
+    def _check_killed(self, now: float) -> None:
+        """SIGKILLed but not reaped after kill_timeout: stop waiting for it (bounded)."""
+        assert self.killed_at is not None and self.proc is not None
+        if now - self.killed_at < self.spec.kill_timeout:
+            return
+        self._log.error("child did not exit after SIGKILL; abandoned", pid=self.proc.pid)
+        self.last_error = "did not exit after SIGKILL"
+        self.proc = None  # its pidfile stays, so the next memd start reaps it
+        if self.state == S.STOPPING:
+            self._change_state(S.STOPPED)
+        else:
+            self._fast_failure(now)
+
+    def _sigkill(self, now: float) -> None:
+        assert self.proc is not None
+        self.proc.signal(signal.SIGKILL)
+        self.killed_at = now
+
+    def _exited(self, now: float, info: ExitInfo) -> None:
+        assert self.proc is not None
+        self.last_exit = info
+        emit = self._log.info if self.state == S.STOPPING else self._log.warning
+        emit("child exited", pid=self.proc.pid, code=info.code, signal=info.signal_name)
+        self.proc.release()
+        if self.state == S.STOPPING:
+            self._change_state(S.STOPPED)
+        elif self.state == S.STARTING:
+            if self.killed_at is None:
+                self.last_error = f"{info} while starting"
+            self._fast_failure(now)
+        else:
+            assert self.running_since is not None
+            self.last_error = f"{info} after {now - self.running_since:.1f}s running"
+            self.log_tail = self._spawner.log_tail(self.spec)
+            if now - self.running_since >= self.spec.reset_after:
+                self.delay = self.spec.backoff_start
+            self._change_state(S.EXITED)
+            self._schedule(now)
+        self.proc = None  # after the transitions, so their log lines still carry the pid
+
+    def _fast_failure(self, now: float) -> None:
+        self.retries += 1
+        self.log_tail = self._spawner.log_tail(self.spec)
+        self._change_state(S.BACKOFF)
+        if self.retries > self.spec.startretries:
+            self.next_start_at = None
+            self._change_state(S.FATAL)
+        else:
+            self._schedule(now)
+
+    def _schedule(self, now: float) -> None:
+        self.next_start_at = now + self.delay
+        self.delay = min(self.delay * 2, self.spec.backoff_cap)
+
+    def _is_ready(self) -> bool:
+        if self.spec.ready is None:
+            return True
+        try:
+            return bool(self.spec.ready())
+        except Exception as exc:  # a failing probe means "not ready yet"
+            self._log.debug("readiness check failed", error=str(exc))
+            return False
+
+    def _housekeep(self, now: float) -> None:
+        if now < self._next_housekeep or self.proc is None:
+            return
+        self._next_housekeep = now + HOUSEKEEP_EVERY
+        try:
+            self.proc.housekeep()
+        except OSError as exc:
+            self._log.warning("housekeeping failed", error=str(exc))
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self, now: float) -> ChildStatus:
+        proc = self.proc
+        exit_info = self.last_exit
+        return ChildStatus(
+            name=self.spec.name,
+            state=self.state,
+            pid=proc.pid if proc is not None else None,
+            uptime=(
+                now - self.spawned_at if proc is not None and self.spawned_at is not None else None
+            ),
+            restarts=max(self.starts - 1, 0),
+            retries=self.retries,
+            rss=proc.rss() if proc is not None else None,
+            last_exit_code=exit_info.code if exit_info else None,
+            last_signal=exit_info.signal_name if exit_info else None,
+            last_error=self.last_error,
+            next_start_in=(
+                max(self.next_start_at - now, 0.0) if self.next_start_at is not None else None
+            ),
+            log_path=str(self.spec.log_path) if self.spec.log_path else None,
+            log_tail=self.log_tail if self.state == S.FATAL else None,
+        )

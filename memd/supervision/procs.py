@@ -1,0 +1,388 @@
+"""OS effects of supervision: spawning children, signalling their groups, pidfiles, logs.
+
+Everything here touches the operating system; `memd.supervision.supervisor` decides
+*when*, this module does *what*. Tests of the state machine replace `PopenSpawner` with a fake.
+
+How a child is spawned, and why
+-------------------------------
+`subprocess.Popen(start_new_session=True)` puts the child in its own session and process
+group (pgid == pid), so a stop can signal the whole group and grandchildren go too, and a
+Ctrl+C at memd's terminal does not reach the children behind memd's back.
+
+The child does not exec the program directly but a tiny Python trampoline (`-I -S -c`,
+~13 ms on a 2-core box) that then `execvp`s it. The trampoline:
+
+- sets PR_SET_PDEATHSIG=SIGKILL (Linux, via ctypes prctl) so children die with memd, and
+  exits if memd already died before that (getppid check);
+- resets SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGPIPE and SIGXFSZ to SIG_DFL and clears the
+  signal mask. Ignored signals and the mask survive exec: a memd started in the background
+  (`memd run &` from a script) has SIGINT ignored, and `memsearch watch` stops cleanly only
+  on KeyboardInterrupt (cli.py `watch` catches it and runs watcher.stop() and ms.close();
+  SIGTERM kills it without that cleanup). Python leaves an inherited SIG_IGN alone at start.
+
+A trampoline instead of `preexec_fn`: preexec_fn runs Python between fork and exec and can
+deadlock when the parent has other threads (memd does: asyncio.to_thread, gRPC).
+
+PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process. Spawn only
+from a thread that lives as long as memd: the event loop thread (Supervisor.step is called
+there). On macOS there is no PDEATHSIG; pidfiles and `reap_leftovers` cover that case.
+
+Logs: stdout and stderr of the child go straight to its log file (an O_APPEND fd). Before
+each spawn a log over `log_max_bytes` is renamed to `.1` (`.1` -> `.2`, ... keeping
+`log_backups`). While a child runs, `housekeep()` (called by the supervisor every few
+seconds) copies an oversized log to `.1` and truncates it in place (logrotate's
+copytruncate; O_APPEND makes the child continue at the new end). A few lines written
+during the copy may be lost; that is the price of not asking the child to reopen its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import structlog
+
+if TYPE_CHECKING:
+    from memd.supervision.child import ChildSpec
+
+log = structlog.get_logger()
+
+_TRAMPOLINE = """\
+import os, signal, sys
+if sys.platform.startswith("linux"):
+    import ctypes
+    if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:
+        sys.stderr.write("memd trampoline: prctl(PR_SET_PDEATHSIG) failed\\n")
+if os.getppid() != int(sys.argv[1]):
+    os._exit(70)
+for name in ("SIGINT", "SIGTERM", "SIGQUIT", "SIGHUP", "SIGPIPE", "SIGXFSZ"):
+    if hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_SETMASK, ())
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+# os.waitid (to look at an exit without reaping) is missing on macOS before Python 3.13;
+# there, stragglers of a child that exits on its own are not cleaned up.
+_HAS_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
+_CREATE_TIME_SLACK = 1.0  # /proc/stat btime can jitter by a second between reads
+_TAIL_BYTES = 4096
+_TAIL_LINES = 20
+_SECRET_WORDS = ("key", "token", "secret", "password")
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """argv for logs: the value of any --*key*/--*token*/--*secret*/--*password* option
+    is replaced by "***". (Better still, pass secrets in the environment: a command line
+    is readable by every user of the machine through /proc.)"""
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        option, eq, _ = word.partition("=")
+        secret = option.startswith("-") and any(w in option.lower() for w in _SECRET_WORDS)
+        if secret and eq:
+            out.append(f"{option}=***")
+        else:
+            out.append(word)
+            hide_next = secret
+    return out
+
+
+class PopenSpawner:
+    """Starts children for real (see the module docstring for how and why)."""
+
+    def spawn(self, spec: ChildSpec) -> PopenProc:
+        env = dict(spec.env) if spec.env is not None else None
+        search_path = (env or os.environ).get("PATH", os.defpath)
+        if os.sep not in spec.argv[0] and shutil.which(spec.argv[0], path=search_path) is None:
+            raise FileNotFoundError(f"{spec.argv[0]!r} not found on PATH")
+        out = _open_log(spec)
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *spec.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=spec.cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if out is not subprocess.DEVNULL:
+                os.close(out)
+        proc = PopenProc(popen, spec)
+        if spec.pidfile is not None:
+            proc.write_pidfile()
+        return proc
+
+    def log_tail(self, spec: ChildSpec) -> str:
+        return read_tail(spec.log_path) if spec.log_path is not None else ""
+
+
+class PopenProc:
+    """One spawned child: poll, signal its group, measure it, clean up after it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], spec: ChildSpec) -> None:
+        self._popen = popen
+        self._spec = spec
+        self.pid = popen.pid
+        try:
+            self.create_time: float | None = psutil.Process(self.pid).create_time()
+        except psutil.Error:
+            self.create_time = None
+
+    def poll(self) -> int | None:
+        """Popen-style returncode once the child has exited (reaping it), else None.
+
+        Before reaping, the remaining members of its process group are SIGKILLed: while
+        the leader is a zombie its pid cannot be reused, so the group id is still ours.
+        Children of memd must not daemonize; stragglers would hold Milvus Lite's lock.
+        """
+        if self._popen.returncode is None and _HAS_WAITID:
+            try:
+                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return self._popen.poll()
+            if info is None:
+                return None  # alive: one syscall per tick, not two (memd polls 4x/s)
+            self.signal(signal.SIGKILL)
+        return self._popen.poll()
+
+    def signal(self, sig: int) -> None:
+        """Signal the whole process group; a group that is already gone is not an error."""
+        if self._popen.returncode is not None:
+            return  # reaped: the group id may belong to someone else by now
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    def rss(self) -> int | None:
+        """Resident memory of the child and its descendants, in bytes."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def housekeep(self) -> None:
+        """Periodic upkeep while the child lives: keep its log within bounds."""
+        spec = self._spec
+        if spec.log_path is not None:
+            rotate_log(spec.log_path, spec.log_max_bytes, spec.log_backups, live=True)
+
+    def release(self) -> None:
+        """The child has been reaped: forget its pidfile (only if it still names us)."""
+        if self._spec.pidfile is None:
+            return
+        record = read_pidfile(self._spec.pidfile)
+        if record is not None and record.get("pid") == self.pid:
+            try:
+                self._spec.pidfile.unlink(missing_ok=True)
+            except OSError as exc:  # read-only or broken disk: the reap must still happen
+                log.warning(
+                    "pidfile not removed", name=self._spec.name, pid=self.pid, error=str(exc)
+                )
+
+    def write_pidfile(self) -> None:
+        assert self._spec.pidfile is not None
+        record = {
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "argv": list(self._spec.argv),
+            "name": self._spec.name,
+            "stop_signal": int(self._spec.stop_signal),
+            "memd_pid": os.getpid(),
+        }
+        try:
+            _write_atomic(self._spec.pidfile, json.dumps(record))
+        except OSError as exc:
+            log.warning("pidfile not written", name=self._spec.name, pid=self.pid, error=str(exc))
+
+
+def _open_log(spec: ChildSpec) -> int:
+    if spec.log_path is None:
+        return subprocess.DEVNULL
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    rotate_log(spec.log_path, spec.log_max_bytes, spec.log_backups, live=False)
+    fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    command = " ".join(redact_argv(spec.argv))
+    os.write(fd, f"--- memd {stamp}: starting {spec.name}: {command}\n".encode())
+    return fd
+
+
+def rotate_log(path: Path, max_bytes: int, backups: int, *, live: bool) -> bool:
+    """Shift `path` to `path.1` (and older ones up to `.backups`) once it exceeds max_bytes.
+
+    live=False renames (nobody writes the file); live=True copies then truncates in place,
+    because a running child keeps writing through its own fd.
+    """
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+    except FileNotFoundError:
+        return False
+    if backups > 0:
+        for i in range(backups - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{i}")
+            if older.exists():
+                os.replace(older, path.with_name(f"{path.name}.{i + 1}"))
+        first = path.with_name(f"{path.name}.1")
+        if live:
+            shutil.copyfile(path, first)
+        else:
+            os.replace(path, first)
+            return True
+    os.truncate(path, 0)
+    return True
+
+
+def read_tail(path: Path, max_bytes: int = _TAIL_BYTES, max_lines: int = _TAIL_LINES) -> str:
+    """The last lines of a log, for status output when a child has given up."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", "replace").splitlines()
+    return "\n".join(lines[-max_lines:])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_pidfile(path: Path) -> dict[str, Any] | None:
+    """The JSON record memd wrote, or None when missing or not a record of ours."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return None
+    return record
+
+
+def cmdline_matches(argv: Sequence[str], cmdline: Sequence[str]) -> bool:
+    """Whether a live process's cmdline is the program memd recorded.
+
+    Exact match, or the recorded arguments as the tail and the recorded program's name
+    among the words before them: covers `#!` scripts (the kernel runs
+    `python /venv/bin/memsearch watch ...`) and a child still in the trampoline.
+    """
+    argv, cmdline = list(argv), list(cmdline)
+    if not argv or not cmdline:
+        return False
+    if argv == cmdline:
+        return True
+    args = argv[1:]
+    if len(cmdline) <= len(args) or (args and cmdline[-len(args) :] != args):
+        return False
+    name = os.path.basename(argv[0])
+    return any(os.path.basename(word) == name for word in cmdline[: len(cmdline) - len(args)])
+
+
+def _recorded_process(record: dict[str, Any]) -> psutil.Process | None:
+    """The live process a pidfile describes, or None if that pid is now someone else."""
+    try:
+        proc = psutil.Process(record["pid"])
+        created = float(record["create_time"])
+        if abs(proc.create_time() - created) > _CREATE_TIME_SLACK:
+            return None
+        if proc.uids().real != os.getuid() or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if not cmdline_matches(record["argv"], proc.cmdline()):
+            return None
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return None
+    return proc
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until the processes are gone (zombies count: their reaper is not us)."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
+def _signal_group(proc: psutil.Process, sig: int) -> None:
+    """Its process group if it leads one (memd's children do), else just the process."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+
+
+def reap_leftovers(pidfile_dir: Path, *, timeout: float = 5.0, pattern: str = "*.pid") -> list[int]:
+    """Stop children an earlier memd left behind; call it before starting new ones.
+
+    For each pidfile in pidfile_dir: if its pid is alive with the recorded create_time,
+    the recorded program as cmdline and our uid, its process group gets the recorded stop
+    signal, then SIGKILL after `timeout`. Anything else is a stale record (the pid may now
+    belong to an unrelated process) and is left alone. All matching pidfiles are removed.
+    Returns the pids that were stopped. Blocking (up to 2 x timeout): run it at startup.
+    """
+    found: list[tuple[Path, psutil.Process, int]] = []
+    for path in sorted(pidfile_dir.glob(pattern)):
+        record = read_pidfile(path)
+        proc = _recorded_process(record) if record is not None else None
+        if record is None or proc is None:
+            log.info("stale pidfile removed", path=str(path), pid=(record or {}).get("pid"))
+            path.unlink(missing_ok=True)
+            continue
+        sig = int(record.get("stop_signal", signal.SIGTERM))
+        log.warning("stopping leftover child", name=record.get("name"), pid=proc.pid)
+        found.append((path, proc, sig))
+    for _, proc, sig in found:
+        _signal_group(proc, sig)
+    alive = _wait_gone([proc for _, proc, _ in found], timeout)
+    for proc in alive:
+        log.warning("leftover child ignored its stop signal; SIGKILL", pid=proc.pid)
+        _signal_group(proc, signal.SIGKILL)
+    for proc in _wait_gone(alive, timeout):
+        log.error("leftover child survived SIGKILL", pid=proc.pid)
+    for path, _, _ in found:
+        path.unlink(missing_ok=True)
+    return [proc.pid for _, proc, _ in found]

@@ -1,0 +1,219 @@
+"""A set of named, supervised children: start order, ticking, bounded stop and shutdown.
+
+The per-child state machine is `memd.supervision.child.Child`; real OS effects are
+`memd.supervision.procs`. This
+class adds what concerns several children: which ones are wanted up, which must be
+RUNNING before another may (re)start (`requires`: the watcher waits for its index
+server), an asyncio loop that ticks them, and stops that wait with a bound.
+
+Everything runs on one event loop thread. Spawning must happen on that long-lived thread
+(see memd.supervision.procs about PR_SET_PDEATHSIG); never call step() from asyncio.to_thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from memd.supervision.child import Child, ChildSpec, ChildStatus, ExitInfo, Spawner
+from memd.supervision.procs import PopenSpawner, reap_leftovers
+from memd.supervision.states import ProcessStates
+
+__all__ = ["ChildSpec", "ChildStatus", "ExitInfo", "ProcessStates", "Supervisor", "reap_leftovers"]
+
+log = structlog.get_logger()
+
+
+class Supervisor:
+    """Owns named children; the daemon creates one and runs `run()` as a task."""
+
+    def __init__(
+        self,
+        *,
+        spawner: Spawner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tick: float = 0.25,
+        poll: float = 0.05,
+    ) -> None:
+        self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
+        self._clock = clock
+        self._tick = tick
+        self._poll = poll  # how often a waiting stop() looks again
+        self._children: dict[str, Child] = {}
+        self._requires: dict[str, tuple[str, ...]] = {}
+        self._wanted: set[str] = set()
+        self._closing = False
+
+    # -- membership -----------------------------------------------------------------------
+
+    def add(self, spec: ChildSpec, *, requires: Iterable[str] = (), start: bool = True) -> Child:
+        """Register a child; with start=True it is spawned on the next step once every
+        child named in `requires` is RUNNING (a missing one counts as not RUNNING)."""
+        if spec.name in self._children:
+            raise ValueError(f"child {spec.name!r} already exists")
+        child = Child(spec, self._spawner)
+        self._children[spec.name] = child
+        self._requires[spec.name] = tuple(requires)
+        if start:
+            self._wanted.add(spec.name)
+        return child
+
+    async def remove(self, name: str, timeout: float | None = None) -> bool:
+        """Stop the child (bounded) and forget it. False if it did not stop in time."""
+        stopped = await self.stop(name, timeout)
+        self._children.pop(name, None)
+        self._requires.pop(name, None)
+        self._wanted.discard(name)
+        return stopped
+
+    async def replace(
+        self,
+        spec: ChildSpec,
+        *,
+        requires: Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> Child:
+        """Apply a (possibly) changed spec, as a config reload does: an equal spec and
+        requires leave the running process alone; otherwise await the old process's stop,
+        then start the new one. An unknown name is simply added."""
+        old = self._children.get(spec.name)
+        old_requires = self._requires.get(spec.name, ())
+        new_requires = old_requires if requires is None else tuple(requires)
+        if old is not None and old.spec == spec and new_requires == old_requires:
+            return old
+        wanted = old is None or spec.name in self._wanted
+        if old is not None:
+            await self.remove(spec.name, timeout)
+        return self.add(spec, requires=new_requires, start=wanted)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._children
+
+    def names(self) -> list[str]:
+        return list(self._children)
+
+    def child(self, name: str) -> Child:
+        return self._children[name]
+
+    # -- commands -------------------------------------------------------------------------
+
+    def start(self, name: str) -> None:
+        """Want it up: spawned on the next step (after any stop in progress completed)."""
+        if name not in self._children:
+            raise KeyError(name)
+        self._wanted.add(name)
+
+    async def stop(self, name: str, timeout: float | None = None) -> bool:
+        """Stop and wait until it has exited (bounded by its own stop_timeout+kill_timeout,
+        and by `timeout` if given). True if it is idle afterwards."""
+        child = self._children[name]
+        self._wanted.discard(name)
+        child.stop(self._clock())
+        return await self._wait_idle([child], timeout)
+
+    async def restart(self, name: str, timeout: float | None = None) -> bool:
+        """`await stop()` then `start()`: the new process never overlaps the old one."""
+        stopped = await self.stop(name, timeout)
+        if stopped:
+            self.start(name)
+        return stopped
+
+    def reset(self, name: str) -> bool:
+        """Give a FATAL child a fresh retry budget and want it up again."""
+        child = self._children[name]
+        if not child.reset():
+            return False
+        self._wanted.add(name)
+        return True
+
+    def is_ready(self, name: str) -> bool:
+        """RUNNING: up startsecs and its readiness check passed."""
+        child = self._children.get(name)
+        return child is not None and child.state == ProcessStates.RUNNING
+
+    async def wait_ready(self, name: str, timeout: float) -> bool:
+        """Wait (ticking) until the child is RUNNING, FATAL, or timeout passed."""
+        deadline = self._clock() + timeout
+        while True:
+            self.step()
+            child = self._children.get(name)
+            if child is None or child.state == ProcessStates.FATAL:
+                return False
+            if child.state == ProcessStates.RUNNING:
+                return True
+            if self._clock() >= deadline:
+                return False
+            await asyncio.sleep(self._poll)
+
+    # -- ticking --------------------------------------------------------------------------
+
+    def step(self, now: float | None = None) -> None:
+        """One tick for every child: starts wanted ones, lets each make its timing decisions."""
+        now = self._clock() if now is None else now
+        for name, child in list(self._children.items()):
+            may_start = name in self._wanted and self._requirements_running(name)
+            if may_start and child.state == ProcessStates.STOPPED:
+                self._guarded(child, child.start, now)
+            self._guarded(child, child.step, now, can_spawn=may_start)
+
+    async def run(self) -> None:
+        """Tick every `tick` seconds until shutdown() (or cancellation)."""
+        while not self._closing:
+            self.step()
+            await asyncio.sleep(self._tick)
+
+    async def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop every child in parallel. At 3/4 of timeout whatever is left gets SIGKILL;
+        returns False if something is still alive at timeout. Ends run()."""
+        self._closing = True
+        self._wanted.clear()
+        children = list(self._children.values())
+        now = self._clock()
+        for child in children:
+            child.stop(now)
+        if await self._wait_idle(children, timeout * 0.75):
+            return True
+        now = self._clock()
+        for child in children:
+            if not child.idle:
+                child.kill(now)
+        ok = await self._wait_idle(children, timeout * 0.25)
+        if not ok:
+            log.error(
+                "children still alive after shutdown",
+                names=[c.spec.name for c in children if not c.idle],
+            )
+        return ok
+
+    async def _wait_idle(self, children: list[Child], timeout: float | None) -> bool:
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            now = self._clock()
+            for child in children:
+                self._guarded(child, child.step, now, can_spawn=False)
+            if all(child.idle for child in children):
+                return True
+            if deadline is not None and now >= deadline:
+                return False
+            await asyncio.sleep(self._poll)
+
+    @staticmethod
+    def _guarded(child: Child, method: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """One child's trouble (a bug, a failing seam) must not stop the others' supervision."""
+        try:
+            method(*args, **kwargs)
+        except Exception:
+            log.exception("supervising child failed", name=child.spec.name, state=child.state)
+
+    def _requirements_running(self, name: str) -> bool:
+        return all(self.is_ready(req) for req in self._requires.get(name, ()))
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self) -> dict[str, ChildStatus]:
+        now = self._clock()
+        return {name: child.status(now) for name, child in self._children.items()}

@@ -210,7 +210,9 @@ class _Parser:
                 known = ", ".join(sorted(allowed))
                 raise self.fail(f"{prefix}{key}", f"unknown key (known keys: {known})")
 
-    def get(self, table: Mapping[str, Any], key: str, kind: type, default: Any, prefix: str = ""):
+    def get(
+        self, table: Mapping[str, Any], key: str, kind: type, default: Any, prefix: str = ""
+    ) -> Any:
         if key not in table:
             return default
         value = table[key]

@@ -160,10 +160,6 @@ class NotFound(MemdError):
     code = DomainCode.NOT_FOUND
 
 
-class CompactionError(MemdError):
-    code = DomainCode.COMPACTION_ERROR
-
-
 class ExchangeConflict(MemdError):
     code = DomainCode.EXCHANGE_CONFLICT
 
@@ -186,9 +182,10 @@ def error_from_dict(error: Mapping[str, Any]) -> RpcError:
     data = dict(raw) if isinstance(raw, Mapping) else ({"value": raw} if raw is not None else {})
     kind = data.pop("kind", None)
     message = str(error.get("message") or "")
-    known = isinstance(code, int) and not isinstance(code, bool)
-    cls = error_class(code) if known else RpcError
+    if not isinstance(code, int) or isinstance(code, bool):
+        return RpcError(message, kind=kind, data=data)
+    cls = error_class(code)
     exc = cls(message, kind=kind, data=data)
-    if known and cls.code != code:
+    if cls.code != code:
         exc.code = code  # type: ignore[misc]
     return exc

@@ -32,7 +32,7 @@ from memd.sessions.exchange_keys import MAX_EXCHANGE_ID, check_exchange_id
 from memd.sessions.tracker import ClientSessions
 from tests.support.daemon import DaemonProcess
 from tests.support.fake_llm import FakeLLM
-from tests.support.sessions import Clock, open_sessions, run
+from tests.support.sessions import Clock, archive, open_sessions, run
 
 CLIENT = "c1"
 
@@ -153,7 +153,7 @@ def test_keys_survive_restart_end_and_compaction_without_reopening(tmp_path: Pat
             again = await cs.record_exchange("mcp", "q1", "a1", exchange_id="e1")
             assert await cs.list_sessions() == ended  # still ended, never reopened
         assert again == {**first, "duplicate": True}
-        transcript.archive(layout, sid)
+        archive(layout, sid)
         async with store(tmp_path, clock) as cs:
             await cs.mark_compacted(sid)
         archived = layout.archive_file(sid).read_bytes()

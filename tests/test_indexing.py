@@ -97,7 +97,13 @@ def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path)
     layout = ClientLayout(config.memory_dir, "alice")
     cmd = indexing.watcher_command(config, layout, ENDPOINT)
     argv = list(cmd.argv)
-    assert argv[:5] == [sys.executable, "-m", "memd.indexing.watch", "watch", str(layout.sessions)]
+    assert argv[:5] == [
+        sys.executable,
+        "-m",
+        "memd.indexing.memsearch_watch",
+        "watch",
+        str(layout.sessions),
+    ]
     opts = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert opts == {
         "--provider": "openai",

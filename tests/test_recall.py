@@ -2,7 +2,7 @@
 
 Unit tests build `Hit`s and transcripts by hand; the integration tests record with
 `ClientSessions` (the real recording code), index with a real index server and
-`memsearch watch` (tests/support/index.py) and recall through `memd.recall.service`. The JSON-RPC
+`memsearch watch` (tests/support/index.py) and recall through `memd.recall`. The JSON-RPC
 methods and `memd recall` are tested against a real daemon in tests/test_recall_daemon.py.
 """
 

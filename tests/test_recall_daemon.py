@@ -140,7 +140,7 @@ def _text(result: dict[str, Any]) -> str:
 
 
 def test_recall_finds_the_exchange_with_its_label(memd: Memd) -> None:
-    out = memd.recall.service("alice", "capital of Australia", top_k=2)
+    out = memd.recall("alice", "capital of Australia", top_k=2)
     assert len(out["results"]) == 2 and out["text"].startswith("Found 2 memories")
     best = out["results"][0]
     assert "Canberra is the capital of Australia." in best["content"]
@@ -157,47 +157,47 @@ def test_recall_finds_the_exchange_with_its_label(memd: Memd) -> None:
 
 
 def test_time_filters_select_single_exchanges_of_one_file(memd: Memd) -> None:
-    both = memd.recall.service("alice", "greenhouse tomatoes", top_k=2)
+    both = memd.recall("alice", "greenhouse tomatoes", top_k=2)
     assert {r["when"] for r in both["results"]} == {
         "2026-11-05 09:00:00 UTC",
         "2026-11-05 15:00:00 UTC",
     }
     assert len({r["source"] for r in both["results"]}) == 1
-    later = memd.recall.service("alice", "greenhouse tomatoes", after="2026-11-05T12:00")
+    later = memd.recall("alice", "greenhouse tomatoes", after="2026-11-05T12:00")
     assert [r["when"] for r in later["results"]][:1] == ["2026-11-05 15:00:00 UTC"]
     assert all(r["when"] >= "2026-11-05 12" for r in later["results"])
-    earlier = memd.recall.service("alice", "greenhouse tomatoes", before="2026-11-05T12:00:00Z")
+    earlier = memd.recall("alice", "greenhouse tomatoes", before="2026-11-05T12:00:00Z")
     assert "Water the greenhouse tomatoes" in earlier["results"][0]["content"]
     assert all(r["when"] < "2026-11-05 12" for r in earlier["results"])
-    exact = memd.recall.service(
+    exact = memd.recall(
         "alice", "greenhouse tomatoes", after="2026-11-05T15:00:00Z", before="2026-11-05T15:00:01Z"
     )
     assert [r["when"] for r in exact["results"]] == ["2026-11-05 15:00:00 UTC"]
-    offset = memd.recall.service(
+    offset = memd.recall(
         "alice", "tomatoes", after="2026-11-05T16:00+02:00", before="2026-11-05T17:00+02:00"
     )  # 14:00-15:00 UTC: 15:00 excluded
     assert offset == {"results": [], "text": NO_RESULTS}
-    day = memd.recall.service("alice", "tomatoes", after="2026-11-05", before="2026-11-06")
+    day = memd.recall("alice", "tomatoes", after="2026-11-05", before="2026-11-06")
     assert len(day["results"]) == 2
 
 
 def test_relative_time_filters(memd: Memd) -> None:
-    recent = memd.recall.service("alice", "sourdough starter", after="1d")
+    recent = memd.recall("alice", "sourdough starter", after="1d")
     assert recent["results"]
     assert all("doubled overnight" in r["content"] for r in recent["results"])
-    old = memd.recall.service("alice", "sourdough starter", after="1w", before="1d")
+    old = memd.recall("alice", "sourdough starter", after="1w", before="1d")
     assert "acetone" in old["results"][0]["content"]
     assert all("doubled" not in r["content"] for r in old["results"])
 
 
 def test_unicode_round_trips_through_record_and_recall(memd: Memd) -> None:
     for query in ("Straßenbahn Zürich", "Москве метро", "東京の電車"):
-        best = memd.recall.service("alice", query, top_k=1)["results"][0]
+        best = memd.recall("alice", query, top_k=1)["results"][0]
         assert UNICODE_EXCHANGE in best["content"]
 
 
 def test_client_never_sees_another_clients_memory(memd: Memd) -> None:
-    own = memd.recall.service("bob", "Project Nightingale launch code", top_k=1)["results"][0]
+    own = memd.recall("bob", "Project Nightingale launch code", top_k=1)["results"][0]
     assert "tangerine-42" in own["content"]
     bob_path = memd.recorded["bob"][0]["path"]
     probes = [
@@ -213,7 +213,7 @@ def test_client_never_sees_another_clients_memory(memd: Memd) -> None:
     ]
     alice_sources = {f"sessions/{r['session_id']}.md" for r in memd.recorded["alice"]}
     for query in probes:
-        out = memd.recall.service("alice", query, top_k=20)
+        out = memd.recall("alice", query, top_k=20)
         assert "Nightingale" not in repr(out) and "tangerine" not in repr(out), query
         assert {r["source"] for r in out["results"]} <= alice_sources, query
         assert own["chunk_hash"] not in {r["chunk_hash"] for r in out["results"]}, query
@@ -348,12 +348,12 @@ def test_config_edit_renames_the_tool_and_sets_top_k(memd: Memd) -> None:
         )
         assert new["isError"] is False and "greenhouse tomatoes" in _text(new)
         # The new default top_k: alice has 6 exchanges, all of them within 8.
-        assert len(memd.recall.service("alice", "tomatoes")["results"]) == len(ALICE)
+        assert len(memd.recall("alice", "tomatoes")["results"]) == len(ALICE)
         assert memd.call("memory.tools", client_id="off")["tools"] == []
     finally:
         memd.edit_config()
         memd.wait_tools("alice", lambda a: a["tools"][0]["name"] == "MemoryRecall")
-    assert len(memd.recall.service("alice", "tomatoes")["results"]) == 5
+    assert len(memd.recall("alice", "tomatoes")["results"]) == 5
 
 
 def test_stopped_index_server_is_unavailable_not_a_hang(memd: Memd) -> None:
@@ -372,7 +372,7 @@ def test_stopped_index_server_is_unavailable_not_a_hang(memd: Memd) -> None:
                 name="MemoryRecall",
                 arguments={"query": "q"},
             )
-            other = pool.submit(memd.recall.service, "alice", "capital of Australia", top_k=1)
+            other = pool.submit(memd.recall, "alice", "capital of Australia", top_k=1)
             # The client timeout (30 s) is the hang guard; recall gives up after 10 s.
             error = recall.result()
             assert (error.code, error.kind) == (-32006, "index_unavailable")

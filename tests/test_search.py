@@ -216,7 +216,7 @@ def test_expand_returns_the_whole_exchange_of_a_split_chunk(
     path = index.write("k8s.md", text, max_chunk_size=300)
     hit = searcher.search("upgrade kubernetes nodes drain cordon", top_k=1)[0]
     assert len(hit.content) <= 300
-    section = searcher.expand(hit)
+    section = expand_hit(hit, searcher.root)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert section.content.startswith("## 2026-11-30 09:00:00 UTC · exchange 1")
     assert "Step 0:" in section.content and "Step 5:" in section.content

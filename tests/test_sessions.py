@@ -19,7 +19,7 @@ from memd.markdown.transcript import Part
 from memd.sessions import chat
 from memd.sessions.chat import InvalidRecord
 from memd.sessions.tracker import ClientSessions
-from tests.support.sessions import T0, Clock, open_sessions, run
+from tests.support.sessions import T0, Clock, archive, open_sessions, run
 
 # Every test runs twice: with the prefix index all in memory, and with memory for one
 # node only, so that nearly every lookup goes to the nodes on disk.
@@ -848,7 +848,7 @@ def test_title_survives_archive_and_resume(tmp_path: Path) -> None:
         async with store(tmp_path, clock) as cs:
             r = await cs.record_exchange("mcp", "Kubernetes upgrade plan", "step one")
             await cs.close_active()
-        transcript.archive(layout, r["session_id"])
+        archive(layout, r["session_id"])
         async with store(tmp_path, clock) as cs:
             await cs.mark_compacted(r["session_id"])
         clock.advance(60)

@@ -34,7 +34,7 @@ from memd.markdown.transcript import Part
 from memd.sessions.store import Change, StateStore
 from memd.sessions.tracker import ClientSessions
 from tests.support.fake_llm import FakeLLM
-from tests.support.sessions import T0, Clock, open_sessions, run
+from tests.support.sessions import T0, Clock, archive, open_sessions, run
 
 CLIENT = "c1"
 
@@ -257,7 +257,7 @@ def test_compacted_session_without_hooks_is_restored_by_the_store(tmp_path: Path
             sid = first["session_id"]
             await cs.close_active()
             raw = layout.session_file(sid).read_bytes()
-            transcript.archive(layout, sid)
+            archive(layout, sid)
             layout.summary_file(sid).write_text("---\nsession_id: x\n---\n\n# summary\n")
             await cs.mark_compacted(sid)
             assert (await by_id(cs))[sid]["path"] == str(layout.archive_file(sid))
@@ -297,7 +297,7 @@ def test_failing_restore_hook_writes_nothing_and_a_retry_works(tmp_path: Path) -
             first = await cs.record_exchange("mcp-1", "u1", "a1")
             sid = first["session_id"]
             await cs.close_active()
-            transcript.archive(layout, sid)
+            archive(layout, sid)
             layout.summary_file(sid).write_text("# the summary\n")
             await cs.mark_compacted(sid)
             archived = layout.archive_file(sid).read_bytes()
@@ -595,10 +595,10 @@ def test_state_follows_the_file_after_a_crash_around_a_move(tmp_path: Path) -> N
             await cs.close_active()
             two = (await cs.record_exchange("two", "u", "a"))["session_id"]
             await cs.close_active()
-            transcript.archive(layout, one)
+            archive(layout, one)
             await cs.mark_compacted(one)
         transcript.restore(layout, one)  # a resume died between its restore and its commit
-        transcript.archive(layout, two)  # a compaction died before its mark
+        archive(layout, two)  # a compaction died before its mark
         async with store(tmp_path, clock) as cs:
             rows = await by_id(cs)
         assert (rows[one]["state"], rows[one]["path"]) == ("ended", str(layout.session_file(one)))
@@ -620,7 +620,7 @@ def test_reopen_commits_the_restored_size_so_recovery_cuts_only_what_follows(
         async with store(tmp_path, Clock()) as cs:
             sid = (await cs.record_exchange("mcp-1", "u1", "a1"))["session_id"]
             await cs.close_active()
-            transcript.archive(layout, sid)
+            archive(layout, sid)
             await cs.mark_compacted(sid)
         raw = layout.archive_file(sid).read_bytes()
         disk = StateStore(layout)
@@ -652,6 +652,10 @@ RECORDER = textwrap.dedent("""
     from memd.layout import ClientLayout
     from memd.sessions.tracker import ClientSessions
 
+    def archive(layout, session_id):  # a compaction's file step, by hand
+        layout.archive_file(session_id).parent.mkdir(parents=True, exist_ok=True)
+        Path(layout.session_file(session_id)).replace(layout.archive_file(session_id))
+
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
     async def main(root, step):
@@ -662,7 +666,7 @@ RECORDER = textwrap.dedent("""
         if step == "setup":
             old = await cs.record_exchange("resumed-conv", "first", "first reply")
             await cs.close_active()
-            transcript.archive(layout, old["session_id"])
+            archive(layout, old["session_id"])
             await cs.mark_compacted(old["session_id"])
             cur = await cs.record_exchange("current-conv", "now", "now reply")
             print(json.dumps({"old": old["session_id"], "current": cur["session_id"]}))

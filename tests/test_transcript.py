@@ -233,13 +233,11 @@ def test_orphan_needs_our_front_matter(tmp_path: Path) -> None:
     assert not transcript.is_orphan(summary, "c1")
 
 
-def test_archive_and_restore_move_between_folders(tmp_path: Path) -> None:
+def test_restore_moves_an_archived_transcript_back(tmp_path: Path) -> None:
     layout = ClientLayout(tmp_path, "c1")
     layout.ensure()
     sid = "2026-11-30T02-41-07Z-3f9a"
-    layout.session_file(sid).write_text("x")
-    assert transcript.archive(layout, sid) == layout.archive_file(sid)
-    assert not layout.session_file(sid).exists() and layout.archive_file(sid).read_text() == "x"
+    layout.archive_file(sid).write_text("x")
     assert transcript.restore(layout, sid) == layout.session_file(sid)
     assert layout.session_file(sid).read_text() == "x" and not layout.archive_file(sid).exists()
     with pytest.raises(FileNotFoundError):

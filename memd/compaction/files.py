@@ -69,11 +69,6 @@ def _guard(layout: ClientLayout) -> _Guard:
         return _GUARDS.setdefault(layout.root, _Guard())
 
 
-def files_lock(layout: ClientLayout) -> threading.Lock:
-    """The lock every file step of the client holds while it looks and moves."""
-    return _guard(layout).lock
-
-
 def restore_token(layout: ClientLayout, session_id: str) -> int:
     """Taken when a compaction starts; its file steps refuse once a restore changed it."""
     return _guard(layout).restores.get(session_id, 0)

@@ -142,8 +142,10 @@ class Daemon:
             log.error("config.rejected", error=str(exc))
             self.notifier.status(f"config error: {exc}")
             return False
+        # The edit is valid: it stops being "rejected" now, before the runtime starts
+        # showing it (status reads the runtime's config while the apply runs).
+        self.config_error = None
         if new == self.config:
-            self.config_error = None
             return False
         try:
             await self.apply_config(new)
@@ -151,7 +153,6 @@ class Daemon:
             log.exception("config.apply_failed", path=str(self.config_path))
             self.config_error = f"{self.config_path}: applying the config failed: {exc}"
             return False
-        self.config_error = None
         log.info(
             "config.applied", path=str(self.config_path), clients=sorted(new.enabled_clients())
         )

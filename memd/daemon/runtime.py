@@ -89,9 +89,9 @@ class Runtime:
                 self._started = True
             wanted = new.enabled_clients()
             for client_id in sorted(set(self.clients) - set(wanted)):
-                runtime = self.clients.pop(client_id)
+                removed = self.clients.pop(client_id)
                 await self.compactor.close_client(client_id)
-                await runtime.sessions.close()
+                await removed.sessions.close()
                 log.info("client.stopped", client=client_id)
             if new.compaction != self.config.compaction:
                 self.compactor.set_config(new.compaction)

@@ -77,7 +77,7 @@ class StaticModel:
             ids = np.clip(np.asarray(enc.ids, dtype=np.int64), 0, self._table.shape[0] - 1)
             pooled = self._table[ids].mean(axis=0, dtype=np.float32) if len(ids) else None
             norm = float(np.linalg.norm(pooled)) if pooled is not None else 0.0
-            if norm == 0.0 or not np.isfinite(norm):
+            if pooled is None or norm == 0.0 or not np.isfinite(norm):
                 out[row] = np.float32(1.0 / np.sqrt(self.dimension))
             else:
                 out[row] = pooled / np.float32(norm)

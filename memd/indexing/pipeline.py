@@ -11,6 +11,7 @@ changed, and starts them again; anything else leaves running children alone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from collections.abc import Callable
@@ -127,7 +128,7 @@ class Pipelines:
                     startsecs=0.5,
                     stop_signal=signal.SIGINT,
                     stop_timeout=10.0,
-                    ready=lambda sock=sock: index_ready(sock, timeout=0.2),
+                    ready=functools.partial(index_ready, sock, timeout=0.2),
                 )
             )
             children.append(name)

@@ -254,10 +254,6 @@ class IndexSearcher:
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
 
-    def expand(self, hit: Hit) -> Section:
-        """The whole section of the hit's source file; the hit's own text if the file is gone."""
-        return expand_hit(hit, self.root)
-
     def count(self, timeout: float | None = None) -> int:
         """Rows in the client's collection (0 when it does not exist yet)."""
         deadline = time.monotonic() + (timeout or self.timeout)

@@ -291,7 +291,7 @@ def watcher_command(
     argv = [
         sys.executable,
         "-m",
-        "memd.indexing.watch",
+        "memd.indexing.memsearch_watch",
         "watch",
         str(layout.sessions),
         "--provider",

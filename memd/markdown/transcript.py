@@ -421,11 +421,6 @@ def is_orphan(path: Path, client_id: str) -> bool:
     return meta.get("session_id") == path.stem and meta.get("client_id") == client_id
 
 
-def archive(layout: ClientLayout, session_id: str) -> Path:
-    """Move a raw transcript out of the watched sessions/ into archive/ (memsearch drops it)."""
-    return _move(layout.session_file(session_id), layout.archive_file(session_id))
-
-
 def restore(layout: ClientLayout, session_id: str) -> Path:
     """Move an archived transcript back into sessions/ (memsearch indexes it again)."""
     return _move(layout.archive_file(session_id), layout.session_file(session_id))

@@ -290,7 +290,8 @@ def parse_response(raw: Any) -> Message:
 def parse_message(raw: Any, where: str) -> Message:
     if not isinstance(raw, dict):
         raise InvalidRecord(f"{where} must be an object", where)
-    return Message(raw.get("role"), _analyse(raw, where, render=False)[0], raw)
+    key = _analyse(raw, where, render=False)[0]  # checks the role first
+    return Message(raw["role"], key, raw)
 
 
 def _analyse(raw: dict[str, Any], where: str, *, render: bool) -> tuple[bytes, tuple[Part, ...]]:
@@ -411,7 +412,8 @@ def _content_part(part: Any, where: str, render: bool) -> tuple[str, str]:
         web = url.startswith(("http://", "https://")) and len(url) <= 300
         return (f"[image: {clean_text(url)}]" if web else "[image]"), f"[image {_digest(url)}]"
     if kind == "file":
-        file = part.get("file") if isinstance(part.get("file"), dict) else {}
+        given = part.get("file")
+        file = given if isinstance(given, dict) else {}
         name = file.get("filename")
         shown = f"[file: {clean_text(name)}]" if isinstance(name, str) else "[file]"
         return shown, f"[file {_digest(json.dumps(file, sort_keys=True, default=str))}]"

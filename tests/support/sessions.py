@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,14 @@ class Clock:
     def at(self, minutes: float) -> None:
         """Set the clock to T0 + minutes."""
         self.t = T0 + minutes * 60
+
+
+def archive(layout: ClientLayout, session_id: str) -> Path:
+    """Move a raw transcript into archive/ by hand, as a compaction's file step would."""
+    src, dst = layout.session_file(session_id), layout.archive_file(session_id)
+    dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.replace(src, dst)
+    return dst
 
 
 def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -28,7 +28,7 @@ def _fire_one_at_a_time(self: watcher._MarkdownHandler, path: str) -> None:
 
 def main() -> None:
     heap.tune()  # each indexing batch frees its chunks and vectors: see memd/heap.py
-    watcher._MarkdownHandler._fire = _fire_one_at_a_time  # type: ignore[method-assign]
+    watcher._MarkdownHandler._fire = _fire_one_at_a_time
     cli(prog_name="memsearch")
 
 

@@ -55,9 +55,6 @@ from memd.sessions.store import Session as _Session
 log = structlog.get_logger()
 
 OFFLOAD_MESSAGES = 256  # hash bigger requests in a thread, off the event loop
-# Its own threads: the loop's default executor also runs recall searches, which can all
-# be stuck on a hung index server for their whole timeout.
-_HASHING = ThreadPoolExecutor(2, thread_name_prefix="memd-hash")
 
 
 @dataclass
@@ -122,10 +119,15 @@ class ClientSessions:
         # full): calls fail fast with StorageError and the next call tries the reload again.
         self._broken: Exception | None = None
         self._reload_lock = asyncio.Lock()
+        # This client's own hashing thread (started on first use, stopped by close()): the
+        # loop's default executor also runs recall searches, which can all be stuck on a
+        # hung index server for their whole timeout.
+        self._hashing: ThreadPoolExecutor | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def open(self) -> ClientSessions:
+        self._hashing = ThreadPoolExecutor(1, thread_name_prefix=f"memd-hash-{self.client_id}")
         self._committer.start()
         try:
             await self._reload()
@@ -137,6 +139,8 @@ class ClientSessions:
     async def close(self) -> None:
         """Finish queued writes and hooks, then release files and the database."""
         await self._committer.close()
+        if self._hashing is not None:
+            self._hashing.shutdown(wait=False)
 
     async def __aenter__(self) -> ClientSessions:
         return await self.open()
@@ -214,9 +218,9 @@ class ClientSessions:
     ) -> dict[str, Any]:
         """both: record an OpenAI chat call (the messages sent and the reply); see module doc."""
         when = chat.parse_timestamp(timestamp)
-        if isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES:
+        if isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES and self._hashing:
             msgs, resp, hashes = await asyncio.get_running_loop().run_in_executor(
-                _HASHING, chat.prepare, messages, response
+                self._hashing, chat.prepare, messages, response
             )
         else:
             msgs, resp, hashes = chat.prepare(messages, response)

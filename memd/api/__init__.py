@@ -8,17 +8,14 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.api.methods import build_registry
-    from memd.api.recall import call_tool
 
 __all__ = [
     "build_registry",
-    "call_tool",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
         "methods": ("build_registry",),
-        "recall": ("call_tool",),
     },
 )

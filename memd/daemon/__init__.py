@@ -7,19 +7,15 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
-    from memd.daemon.process import Daemon, run_daemon
+    from memd.daemon.process import run_daemon
 
 __all__ = [
-    "Daemon",
     "run_daemon",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
-        "process": (
-            "Daemon",
-            "run_daemon",
-        ),
+        "process": ("run_daemon",),
     },
 )

@@ -7,36 +7,28 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
-    from memd.rpc.protocol import MAX_LINE, Dispatcher, JsonParams, Params, Registry, encode
-    from memd.rpc.server import RpcServer, SocketInUse, SocketSetupError
+    from memd.rpc.protocol import JsonParams, Params, Registry
+    from memd.rpc.server import RpcServer, SocketSetupError
 
 __all__ = [
-    "MAX_LINE",
-    "Dispatcher",
     "JsonParams",
     "Params",
     "Registry",
     "RpcServer",
-    "SocketInUse",
     "SocketSetupError",
-    "encode",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
         "protocol": (
-            "MAX_LINE",
             "JsonParams",
-            "Registry",
             "Params",
-            "encode",
-            "Dispatcher",
+            "Registry",
         ),
         "server": (
-            "SocketSetupError",
-            "SocketInUse",
             "RpcServer",
+            "SocketSetupError",
         ),
     },
 )

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from memd import transcript
 from memd.compaction import CompactionStates, Compactor, Store, base_file, summary_meta
 from memd.config import CompactionConfig
 from memd.layout import ClientLayout
-from memd.transcript import Part
+from memd.markdown import transcript
+from memd.markdown.transcript import Part
 from tests.support.fake_llm import FakeLLM
 
 S = CompactionStates

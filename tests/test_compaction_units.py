@@ -7,10 +7,10 @@ import sqlite3
 import threading
 from datetime import UTC, datetime
 
-from memd.compaction_base import unshape_body
-from memd.compaction_update import summarize_update
-from memd.compaction_usage import Ledger, Usage, day_of, estimate_tokens, next_day, reported
-from memd.summary import render_summary
+from memd.compaction.base import unshape_body
+from memd.compaction.update import summarize_update
+from memd.compaction.usage import Ledger, Usage, day_of, estimate_tokens, next_day, reported
+from memd.markdown import render_summary
 
 
 def test_the_base_is_the_text_the_llm_wrote():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from memd import llm
+from memd.compaction import llm
 
 log = structlog.get_logger()
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memd.layout import ClientLayout
-from memd.summary import read_front_matter, split_front_matter
+from memd.markdown import read_front_matter, split_front_matter
 
 BASE_DIR = "compaction-base"
 PROMPT_VERSION = "1"  # bump when the prompts change so much that old bases should not be used

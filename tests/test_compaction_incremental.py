@@ -81,11 +81,13 @@ def write_session(layout: ClientLayout, sid: str, exchanges: int = 3) -> bytes:
     return text.encode()
 
 
-def append(layout: ClientLayout, sid: str, first: int, count: int, word: str = "new") -> bytes:
+def append(layout: ClientLayout, sid: str, first: int, count: int, word: str = "new",
+           filler: int = 0) -> bytes:
     """The conversation goes on in the restored transcript (memd appends, never rewrites)."""
     with layout.session_file(sid).open("a") as fh:
         for n in range(first, first + count):
-            fh.write(_exchange(n, f"Later question {n}: remember FACT-{word}{n}."))
+            text = f"Later question {n}: remember FACT-{word}{n}. " + "blah " * filler
+            fh.write(_exchange(n, text.strip()))
     return layout.session_file(sid).read_bytes()
 
 
@@ -184,14 +186,15 @@ async def test_cost_over_many_cycles_stays_within_the_budget(fake, layout):
         for cycle in range(10):
             bases += len(layout.summary_file(sid).read_text())
             await comp.restore("laptop", sid)
-            full = append(layout, sid, 4 + 3 * cycle, 3, word=f"c{cycle}-")
+            # Exchanges of a working chat (~800 chars), so the prompt's own text is small.
+            full = append(layout, sid, 4 + 3 * cycle, 3, word=f"c{cycle}x", filler=150)
             await compact(comp, sid)
     finally:
         await comp.close()
     spent = sum(len(p) for p in fake.prompts())
     assert spent <= 1.5 * len(full.decode()) + bases
     text = layout.summary_file(sid).read_text()
-    assert all(f"FACT-c{c}-{4 + 3 * c}" in text for c in range(10))
+    assert all(f"FACT-c{c}x{4 + 3 * c}" in text for c in range(10))
 
 
 @aio
@@ -355,6 +358,7 @@ def test_cap_settings_are_validated():
 
 CHILD = textwrap.dedent("""
     import asyncio, os, signal, sys
+    from pathlib import Path
     from memd.compaction import Compactor
     from memd.config import CompactionConfig
     from memd.layout import ClientLayout
@@ -366,7 +370,7 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
 
     async def main():
-        layout = ClientLayout(root, "laptop")
+        layout = ClientLayout(Path(root), "laptop")
         cfg = CompactionConfig(enabled=True, llm_model="fake-model", base_url=base_url,
                                api_key="sk-test")
         comp = Compactor(cfg, step_hook=hook, timeout=60)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
+    from memd.compaction.base import base_file
     from memd.compaction.files import sha256, summary_meta
     from memd.compaction.job import compact_session, restore
     from memd.compaction.llm import LLMError, LLMSettings, complete, split_text, summarize
@@ -22,6 +23,7 @@ __all__ = [
     "Record",
     "S",
     "Store",
+    "base_file",
     "compact_session",
     "complete",
     "restore",
@@ -34,6 +36,7 @@ __all__ = [
 __getattr__ = public_face(
     __name__,
     {
+        "base": ("base_file",),
         "files": (
             "sha256",
             "summary_meta",

@@ -46,26 +46,38 @@ def words_for(max_request_chars: int) -> int:
 def update_prompt(base: str, body: str, span: str, words: int, *, summary: bool = False) -> str:
     what, label = _NEW_SUMMARY if summary else _NEW_TEXT
     # One format call with every field: text inside base or body is never parsed.
-    return UPDATE_PROMPT.format(span=span, what=what, words=words, base=base, label=label,
-                                chunks=body)
+    return UPDATE_PROMPT.format(
+        span=span, what=what, words=words, base=base, label=label, chunks=body
+    )
 
 
-async def summarize_update(base: str, text: str, call: llm.Complete, *, span: str,
-                           max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS) -> llm.Summary:
+async def summarize_update(
+    base: str,
+    text: str,
+    call: llm.Complete,
+    *,
+    span: str,
+    max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS,
+) -> llm.Summary:
     """The base summary updated with `text` (the transcript's new part)."""
     if max_request_chars < llm.MIN_REQUEST_CHARS:
         raise ValueError(f"max_request_chars must be at least {llm.MIN_REQUEST_CHARS}")
     words = words_for(max_request_chars)
     prompt = update_prompt(base, text, span, words)
     if len(prompt) <= max_request_chars:
-        return llm.Summary((await call(prompt)).strip(), parts=1, requests=1,
-                           largest_request=len(prompt))
+        return llm.Summary(
+            (await call(prompt)).strip(), parts=1, requests=1, largest_request=len(prompt)
+        )
     part = await llm.summarize(text, call, span=span, max_request_chars=max_request_chars)
     base, new = _fit(base, part.text, span, words, max_request_chars)
     prompt = update_prompt(base, new, span, words, summary=True)
     text_out = (await call(prompt)).strip()
-    return llm.Summary(text_out, parts=part.parts, requests=part.requests + 1,
-                       largest_request=max(part.largest_request, len(prompt)))
+    return llm.Summary(
+        text_out,
+        parts=part.parts,
+        requests=part.requests + 1,
+        largest_request=max(part.largest_request, len(prompt)),
+    )
 
 
 def _fit(base: str, new: str, span: str, words: int, limit: int) -> tuple[str, str]:
@@ -79,4 +91,4 @@ def _fit(base: str, new: str, span: str, words: int, limit: int) -> tuple[str, s
 
 
 def _cut(text: str, size: int) -> str:
-    return text if len(text) <= size else text[:max(0, size - len(_TRUNCATED))] + _TRUNCATED
+    return text if len(text) <= size else text[: max(0, size - len(_TRUNCATED))] + _TRUNCATED

@@ -92,8 +92,10 @@ class Ledger:
         self._db, self._lock = db, lock
         with lock:
             db.executescript(USAGE_SCHEMA)
-            rows = db.execute("SELECT session_id, day, input_tokens, output_tokens, requests,"
-                              " estimated_requests FROM usage").fetchall()
+            rows = db.execute(
+                "SELECT session_id, day, input_tokens, output_tokens, requests,"
+                " estimated_requests FROM usage"
+            ).fetchall()
         self.rows: dict[tuple[str, str], Usage] = {(r[0], r[1]): Usage(*r[2:]) for r in rows}
 
     def add(self, session_id: str, day: str, usage: Usage) -> None:
@@ -109,8 +111,15 @@ class Ledger:
                 " output_tokens = output_tokens + excluded.output_tokens,"
                 " requests = requests + excluded.requests,"
                 " estimated_requests = estimated_requests + excluded.estimated_requests",
-                (session_id, day, usage.input_tokens, usage.output_tokens, usage.requests,
-                 usage.estimated_requests))
+                (
+                    session_id,
+                    day,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.requests,
+                    usage.estimated_requests,
+                ),
+            )
 
     def sessions(self) -> set[str]:
         return {sid for sid, _ in self.rows}
@@ -120,17 +129,20 @@ class Ledger:
 
     def summary(self, day: str, session_id: str | None = None) -> dict[str, Any]:
         """`{"today": {...}, "total": {...}}` for one session, or the whole client."""
-        mine = [(d, u) for (s, d), u in self.rows.items()
-                if session_id is None or s == session_id]
-        return {"today": total(u for d, u in mine if d == day).public(),
-                "total": total(u for _, u in mine).public()}
+        mine = [(d, u) for (s, d), u in self.rows.items() if session_id is None or s == session_id]
+        return {
+            "today": total(u for d, u in mine if d == day).public(),
+            "total": total(u for _, u in mine).public(),
+        }
 
 
 def summary_of(ledgers: Iterable[Ledger], day: str) -> dict[str, Any]:
     """Totals over several clients, shaped as `Ledger.summary`."""
     ledgers = list(ledgers)
-    return {"today": total(led.today(day) for led in ledgers).public(),
-            "total": total(total(led.rows.values()) for led in ledgers).public()}
+    return {
+        "today": total(led.today(day) for led in ledgers).public(),
+        "total": total(total(led.rows.values()) for led in ledgers).public(),
+    }
 
 
 def reported(resp: Any) -> tuple[int, int] | None:
@@ -152,3 +164,17 @@ def reported(resp: Any) -> tuple[int, int] | None:
             return got_in, got_out if isinstance(got_out, int) else 0
     return None
 
+
+def cap_reached(
+    per_client: int, in_all: int, client: Ledger, everyone: Iterable[Ledger], day: str
+) -> str | None:
+    """Why no compaction may start now (a daily cap is reached), or None; 0 means no cap.
+
+    Checked before each compaction starts: one that started below a cap runs to its end,
+    so a day can overshoot by at most the compactions running at that moment.
+    """
+    if per_client and client.today(day).input_tokens >= per_client:
+        return f"this client's daily cap of {per_client:,} input tokens is reached"
+    if in_all and sum(led.today(day).input_tokens for led in everyone) >= in_all:
+        return f"the daily cap of {in_all:,} input tokens for all clients is reached"
+    return None

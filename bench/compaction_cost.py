@@ -51,9 +51,11 @@ from tests.support.fake_llm import FakeLLM
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 CLIENT = "bench"
-_PROSE = ("the deploy pipeline needs a retry on flaky network calls so we add backoff "
-          "and log every attempt with its duration then check the dashboard for the p99 "
-          "latency of the nightly batch which ran long because the index rebuilt twice")
+_PROSE = (
+    "the deploy pipeline needs a retry on flaky network calls so we add backoff "
+    "and log every attempt with its duration then check the dashboard for the p99 "
+    "latency of the nightly batch which ran long because the index rebuilt twice"
+)
 WORDS = tuple(_PROSE.split(" "))
 
 
@@ -94,21 +96,40 @@ class Result:
 class Rig:
     """ClientSessions and a Compactor on one clock, hooked together as memd's runtime does."""
 
-    def __init__(self, root: Path, fake: FakeLLM, clock: Clock, *, inactivity: float,
-                 max_minutes: float, max_request_chars: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        fake: FakeLLM,
+        clock: Clock,
+        *,
+        inactivity: float,
+        max_minutes: float,
+        max_request_chars: int,
+    ) -> None:
         self.layout = ClientLayout(root, CLIENT)
         self.layout.ensure()
         self.fake = fake
         self.clock = clock
         # No caps: the bench measures cost, a deferral would only move it to a later day.
-        config = CompactionConfig(enabled=True, llm_model="fake", base_url=fake.base_url,
-                                  api_key="sk-bench", max_input_tokens_per_day=0,
-                                  max_input_tokens_per_day_per_client=0)
-        self.compactor = Compactor(config, clock=clock, max_request_chars=max_request_chars,
-                                   on_compacted=self._mark)
+        config = CompactionConfig(
+            enabled=True,
+            llm_model="fake",
+            base_url=fake.base_url,
+            api_key="sk-bench",
+            max_input_tokens_per_day=0,
+            max_input_tokens_per_day_per_client=0,
+        )
+        self.compactor = Compactor(
+            config, clock=clock, max_request_chars=max_request_chars, on_compacted=self._mark
+        )
         self.sessions = ClientSessions(
-            self.layout, inactivity_minutes=inactivity, max_minutes=max_minutes, clock=clock,
-            on_end=[self.compactor.on_end_hook(self.layout)], on_restore=[self._restore])
+            self.layout,
+            inactivity_minutes=inactivity,
+            max_minutes=max_minutes,
+            clock=clock,
+            on_end=[self.compactor.on_end_hook(self.layout)],
+            on_restore=[self._restore],
+        )
         self.summary_sizes: dict[str, int] = {}  # the last summary of each session
         self.base_chars = 0
         self.cycles = 0
@@ -150,12 +171,14 @@ class Rig:
     def recorded_chars(self) -> int:
         """Characters of every transcript as it stands (archived or live)."""
         paths = list(self.layout.archive.glob("*.md")) + [
-            p for p in self.layout.sessions.glob("*.md") if not p.stem.endswith("-summary")]
+            p for p in self.layout.sessions.glob("*.md") if not p.stem.endswith("-summary")
+        ]
         return sum(len(p.read_text(encoding="utf-8")) for p in paths)
 
     def facts_in_summaries(self) -> set[str]:
-        text = "".join(p.read_text(encoding="utf-8")
-                       for p in self.layout.sessions.glob("*-summary.md"))
+        text = "".join(
+            p.read_text(encoding="utf-8") for p in self.layout.sessions.glob("*-summary.md")
+        )
         return {w for w in text.split() if w.startswith("FACT-")}
 
 
@@ -213,22 +236,36 @@ async def short(rig: Rig, args: argparse.Namespace, rng: random.Random) -> set[s
 
 
 SCENARIOS: dict[str, Callable[[Rig, argparse.Namespace, random.Random], Any]] = {
-    "daily": daily, "continuous": continuous, "short": short}
+    "daily": daily,
+    "continuous": continuous,
+    "short": short,
+}
 
 
 async def run(name: str, args: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory(prefix="memd-cost-") as tmp, FakeLLM() as fake:
         t0 = time.perf_counter()
-        rig = Rig(Path(tmp), fake, Clock(), inactivity=args.inactivity,
-                  max_minutes=args.max_minutes, max_request_chars=args.max_request_chars)
+        rig = Rig(
+            Path(tmp),
+            fake,
+            Clock(),
+            inactivity=args.inactivity,
+            max_minutes=args.max_minutes,
+            max_request_chars=args.max_request_chars,
+        )
         async with rig:
             facts = await SCENARIOS[name](rig, args, random.Random(17))
             prompts = fake.prompts()
-            out = Result(name, cycles=rig.cycles, requests=len(prompts),
-                         input_chars=sum(len(p) for p in prompts),
-                         output_chars=sum(len(fake.summary(p)) for p in prompts),
-                         recorded_chars=rig.recorded_chars(), base_chars=rig.base_chars,
-                         facts_kept=facts <= rig.facts_in_summaries())
+            out = Result(
+                name,
+                cycles=rig.cycles,
+                requests=len(prompts),
+                input_chars=sum(len(p) for p in prompts),
+                output_chars=sum(len(fake.summary(p)) for p in prompts),
+                recorded_chars=rig.recorded_chars(),
+                base_chars=rig.base_chars,
+                facts_kept=facts <= rig.facts_in_summaries(),
+            )
             out.extra = rig.compactor.status().get("tokens", {}).get("total", {})
         out.seconds = time.perf_counter() - t0
         return out
@@ -236,19 +273,22 @@ async def run(name: str, args: argparse.Namespace) -> Result:
 
 def report(res: Result) -> None:
     met = "yes" if res.input_chars <= res.budget else "NO"
-    print(f"{res.name}: {res.cycles} compactions, {res.requests} LLM requests, "
-          f"{res.seconds:.1f} s")
+    print(f"{res.name}: {res.cycles} compactions, {res.requests} LLM requests, {res.seconds:.1f} s")
     print(f"  recorded          {res.recorded_chars:>12,} chars")
     print(f"  LLM input         {res.input_chars:>12,} chars")
     print(f"  LLM output        {res.output_chars:>12,} chars")
     print(f"  input / recorded  {res.ratio:>12.2f}")
-    print(f"  budget            {res.budget:>12,.0f} chars (1.5 x recorded + "
-          f"{res.base_chars:,} base summary chars)  within: {met}")
+    print(
+        f"  budget            {res.budget:>12,.0f} chars (1.5 x recorded + "
+        f"{res.base_chars:,} base summary chars)  within: {met}"
+    )
     print(f"  every fact in the final summaries: {'yes' if res.facts_kept else 'NO'}")
     if res.extra:  # memd's own count (the fake reports usage as ceil(chars / 4))
-        print(f"  memd counted      {res.extra['input_tokens']:>12,} input tokens, "
-              f"{res.extra['output_tokens']:,} output, {res.extra['requests']} requests "
-              f"({res.extra['estimated_requests']} estimated)")
+        print(
+            f"  memd counted      {res.extra['input_tokens']:>12,} input tokens, "
+            f"{res.extra['output_tokens']:,} output, {res.extra['requests']} requests "
+            f"({res.extra['estimated_requests']} estimated)"
+        )
 
 
 def main() -> None:

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from tests.support.daemon import REPO
+from tests.support.fake_llm import FakeLLM
 from tests.test_compaction_daemon import (
     CLIENT,
     Chat,
     compacted,
     compaction_state,
-    fake,  # noqa: F401 - the fixture
     session,
     settings,
     sources_once,
@@ -27,8 +28,16 @@ from tests.test_compaction_daemon import (
 pytestmark = pytest.mark.slow
 
 
-def test_resume_sends_only_new_exchanges_and_tokens_show(tmp_path, config_file, daemon_factory,
-                                                         fake) -> None:  # noqa: F811
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        server.retry_after_ms = 5
+        yield server
+
+
+def test_resume_sends_only_new_exchanges_and_tokens_show(
+    tmp_path, config_file, daemon_factory, fake
+) -> None:
     memd = daemon_factory(config_file(**settings(fake)))
     root = tmp_path / "memory" / CLIENT
     chat = Chat(memd)
@@ -56,8 +65,11 @@ def test_resume_sends_only_new_exchanges_and_tokens_show(tmp_path, config_file, 
     archived = (root / "archive" / f"{sid}.md").read_text()
     assert "bike lock code" in archived and "FACT-gravel" in archived
     summary = f"sessions/{sid}-summary.md"
-    wait_for(lambda: sources_once(memd, "bike FACT-lock42", "FACT-lock42", {summary}),
-             "recall to find the old fact in the new summary", memd)
+    wait_for(
+        lambda: sources_once(memd, "bike FACT-lock42", "FACT-lock42", {summary}),
+        "recall to find the old fact in the new summary",
+        memd,
+    )
 
     status = memd.call("daemon.status")
     tokens = status["compaction"]["tokens"]
@@ -66,8 +78,7 @@ def test_resume_sends_only_new_exchanges_and_tokens_show(tmp_path, config_file, 
     assert status["compaction"]["cap"]["max_input_tokens_per_day"] == 2_000_000
 
 
-def test_the_cap_defers_and_status_says_so(tmp_path, config_file, daemon_factory,
-                                           fake) -> None:  # noqa: F811
+def test_the_cap_defers_and_status_says_so(tmp_path, config_file, daemon_factory, fake) -> None:
     conf = settings(fake)
     conf["compaction"]["max_input_tokens_per_day"] = 1
     path = config_file(**conf)
@@ -76,20 +87,35 @@ def test_the_cap_defers_and_status_says_so(tmp_path, config_file, daemon_factory
     sids = []
     for fact in ("FACT-first", "FACT-second"):
         sid = Chat(memd).say(f"Remember {fact}.", "Done.")["session_id"]
-        wait_for(lambda sid=sid: compaction_state(memd, sid) in ("compacted", "deferred"),
-                 "the compaction to run or wait", memd)
+        wait_for(
+            lambda sid=sid: compaction_state(memd, sid) in ("compacted", "deferred"),
+            "the compaction to run or wait",
+            memd,
+        )
         sids.append(sid)
     assert [compaction_state(memd, s) for s in sids] == ["compacted", "deferred"]
     row = session(memd, sids[1])
     assert row["state"] == "ended" and row["compaction"]["last_error"].startswith("deferred")
     assert row["compaction"]["next_retry"].endswith("T00:00:00Z")
     assert (root / "sessions" / f"{sids[1]}.md").exists()  # untouched, still searchable
-    wait_for(lambda: sources_once(memd, "Remember FACT-second", "FACT-second",
-                                  {f"sessions/{sids[1]}.md", f"sessions/{sids[0]}-summary.md"}),
-             "the deferred transcript to stay recallable", memd)
+    wait_for(
+        lambda: sources_once(
+            memd,
+            "Remember FACT-second",
+            "FACT-second",
+            {f"sessions/{sids[1]}.md", f"sessions/{sids[0]}-summary.md"},
+        ),
+        "the deferred transcript to stay recallable",
+        memd,
+    )
     status = memd.call("daemon.status")["compaction"]
     assert status["deferred"] == 1 and status["cap"]["reached"] is True
-    out = subprocess.run([sys.executable, "-m", "memd.cli", "status", "--config", str(path)],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "status", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert "REACHED until" in out.stdout and "1 deferred" in out.stdout

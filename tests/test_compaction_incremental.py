@@ -67,8 +67,12 @@ def layout(tmp_path: Path) -> ClientLayout:
 
 
 def config(fake: FakeLLM, **kw: object) -> CompactionConfig:
-    values: dict = {"enabled": True, "llm_model": "fake-model", "base_url": fake.base_url,
-                    "api_key": "sk-test"} | kw
+    values: dict = {
+        "enabled": True,
+        "llm_model": "fake-model",
+        "base_url": fake.base_url,
+        "api_key": "sk-test",
+    } | kw
     return CompactionConfig(**values)
 
 
@@ -81,8 +85,9 @@ def write_session(layout: ClientLayout, sid: str, exchanges: int = 3) -> bytes:
     return text.encode()
 
 
-def append(layout: ClientLayout, sid: str, first: int, count: int, word: str = "new",
-           filler: int = 0) -> bytes:
+def append(
+    layout: ClientLayout, sid: str, first: int, count: int, word: str = "new", filler: int = 0
+) -> bytes:
     """The conversation goes on in the restored transcript (memd appends, never rewrites)."""
     with layout.session_file(sid).open("a") as fh:
         for n in range(first, first + count):
@@ -93,8 +98,9 @@ def append(layout: ClientLayout, sid: str, first: int, count: int, word: str = "
 
 def _exchange(n: int, user: str) -> str:
     when = datetime.fromtimestamp(T0 + 60 * n, UTC)
-    return transcript.exchange_block(n, when, [Part("User", user),
-                                               Part("Assistant", f"Noted {n}.")])
+    return transcript.exchange_block(
+        n, when, [Part("User", user), Part("Assistant", f"Noted {n}.")]
+    )
 
 
 async def started(comp: Compactor, *layouts: ClientLayout) -> Compactor:
@@ -248,7 +254,8 @@ async def test_recompact_all_after_a_settings_change_reads_the_full_archive(fake
 @pytest.mark.parametrize("reported", [True, False])
 @aio
 async def test_tokens_are_counted_per_session_and_client_and_survive_restarts(
-        fake, layout, reported):
+    fake, layout, reported
+):
     fake.report_usage = reported
     sid = "2026-11-30T02-41-07Z-0106"
     write_session(layout, sid, 3)
@@ -261,9 +268,11 @@ async def test_tokens_are_counted_per_session_and_client_and_survive_restarts(
         await compact(comp, sid)
     finally:
         await comp.close()
-    expected = {"input_tokens": sum(math.ceil(len(p) / 4) for p in fake.prompts()),
-                "requests": len(fake.requests),
-                "estimated_requests": 0 if reported else len(fake.requests)}
+    expected = {
+        "input_tokens": sum(math.ceil(len(p) / 4) for p in fake.prompts()),
+        "requests": len(fake.requests),
+        "estimated_requests": 0 if reported else len(fake.requests),
+    }
     comp = await started(Compactor(config(fake), clock=clock), layout)
     try:
         tokens = comp.sessions("laptop")[sid]["tokens"]
@@ -286,8 +295,7 @@ async def test_the_cap_defers_compactions_until_the_next_day(fake, layout):
     clock = Clock(datetime(2026, 12, 1, 22, 0, tzinfo=UTC).timestamp())
     sids = [f"2026-11-30T02-41-07Z-02{n:02x}" for n in range(3)]
     raws = [write_session(layout, sid, 2) for sid in sids]
-    comp = await started(Compactor(config(fake, max_input_tokens_per_day=1), clock=clock),
-                         layout)
+    comp = await started(Compactor(config(fake, max_input_tokens_per_day=1), clock=clock), layout)
     midnight = datetime(2026, 12, 2, tzinfo=UTC).timestamp()
     try:
         for sid in sids:
@@ -305,6 +313,9 @@ async def test_the_cap_defers_compactions_until_the_next_day(fake, layout):
             assert info["next_retry"] == transcript.iso(midnight)
             assert layout.session_file(sid).exists()  # untouched, still searchable
         asked = len(fake.requests)
+        assert comp.client_status("laptop")["cap"]["reached"] is True
+        results = await comp.recompact("laptop")  # an explicit request waits for the day too
+        assert [r["result"] for r in results] == ["deferred"]
         assert comp.step(midnight - 1) == 0 and len(fake.requests) == asked
         clock.now = midnight + 5  # the test clock passes midnight
         comp.step()
@@ -402,8 +413,9 @@ def test_kill_9_during_an_incremental_compaction_converges(fake, layout, kill_at
     if kill_at == "llm":
         fake.set_mode("hang")
     asked = len(fake.requests)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(layout.memory_dir), sid,
-                              fake.base_url, kill_at], cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(layout.memory_dir), sid, fake.base_url, kill_at], cwd=REPO
+    )
     try:
         if kill_at == "llm":
             # The child's incremental request is held in the LLM: kill it there.

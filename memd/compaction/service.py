@@ -274,7 +274,13 @@ class Compactor:
             "queued": sum(1 for k in self._queued if k[0] == client_id),
             "failures": failures,
             "tokens": client.ledger.summary(day),
-            "cap": client_cap(self.config, client.ledger, day, self._clock()),
+            "cap": client_cap(
+                self.config,
+                client.ledger,
+                [c.ledger for c in self._clients.values()],
+                day,
+                self._clock(),
+            ),
         }
 
     def status(self) -> dict[str, Any]:

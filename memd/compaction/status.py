@@ -28,9 +28,16 @@ def session_tokens(client: ClientRecords, day: str) -> dict[str, dict[str, Any]]
     return {sid: client.ledger.summary(day, sid) for sid in sorted(client.ledger.sessions())}
 
 
-def client_cap(config: CompactionConfig, ledger: Ledger, day: str, now: float) -> dict[str, Any]:
-    """The per-client cap: its limit (0 = none), today's input so far, whether it holds."""
-    return _cap(config.max_input_tokens_per_day_per_client, ledger.today(day).input_tokens, now)
+def client_cap(
+    config: CompactionConfig, ledger: Ledger, ledgers: list[Ledger], day: str, now: float
+) -> dict[str, Any]:
+    """The client's cap: its own limit (0 = none), today's input so far, and `reached`
+    when its compactions wait (its own cap, or the one for all clients)."""
+    limit = config.max_input_tokens_per_day_per_client
+    spent = ledger.today(day).input_tokens
+    out = _cap(limit, spent, now)
+    out["reached"] = out["reached"] or total_cap(config, ledgers, day, now)["reached"]
+    return {"max_input_tokens_per_day_per_client": limit, **out}
 
 
 def total_cap(
@@ -38,17 +45,18 @@ def total_cap(
 ) -> dict[str, Any]:
     """The cap over all clients, and the per-client limit in force."""
     spent = sum(led.today(day).input_tokens for led in ledgers)
-    out = _cap(config.max_input_tokens_per_day, spent, now)
+    out = {
+        "max_input_tokens_per_day": config.max_input_tokens_per_day,
+        **_cap(config.max_input_tokens_per_day, spent, now),
+    }
     out["max_input_tokens_per_day_per_client"] = config.max_input_tokens_per_day_per_client
     return out
 
 
 def _cap(limit: int, spent: int, now: float) -> dict[str, Any]:
-    reached = bool(limit) and spent >= limit
     return {
-        "max_input_tokens_per_day": limit,
         "input_tokens_today": spent,
-        "reached": reached,
+        "reached": bool(limit) and spent >= limit,
         "resets_at": iso(next_day(now)),
         "day": day_of(now),
     }

@@ -57,6 +57,10 @@ class CompactionConfig:
     llm_model: str = ""
     base_url: str = ""
     api_key: str = ""  # already resolved from "env:VAR"
+    # Daily caps on LLM input tokens (UTC days; 0 = none). At a cap, compactions wait for
+    # the next day (state "deferred"). All clients together, and each client on its own.
+    max_input_tokens_per_day: int = 2_000_000
+    max_input_tokens_per_day_per_client: int = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,9 @@ class _Parser:
         if comp.llm_provider not in LLM_PROVIDERS:
             allowed = ", ".join(LLM_PROVIDERS)
             raise self.fail("compaction.llm_provider", f"must be one of {allowed}")
+        for key in ("max_input_tokens_per_day", "max_input_tokens_per_day_per_client"):
+            if getattr(comp, key) < 0:
+                raise self.fail(f"compaction.{key}", "must be 0 (no cap) or a positive integer")
         return comp
 
     def secret(self, value: str, key: str) -> str:

@@ -185,10 +185,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"         last edit rejected: {status['config_error']}")
     print(f"socket   {status['socket']}")
     print(f"memory   {status['memory_dir']}")
+    if status.get("compaction"):
+        print(f"compact  {_compaction_line(status['compaction'])}")
     rows = [_status_row(cid, c) for cid, c in status["clients"].items()]
     print()
     print(
-        _table(["CLIENT", "MODE", "MEMORY", "WATCHER", "INDEX", "SESSION"], rows)
+        _table(["CLIENT", "MODE", "MEMORY", "WATCHER", "INDEX", "SESSION", "COMPACTION"], rows)
         if rows
         else "no clients configured"
     )
@@ -208,7 +210,51 @@ def _status_row(client_id: str, c: dict[str, Any]) -> list[str]:
         return text
 
     session = (c.get("active_session") or {}).get("session_id", "-")
-    return [client_id, c["mode"], _memory_word(c), child("watcher"), child("index_server"), session]
+    return [
+        client_id,
+        c["mode"],
+        _memory_word(c),
+        child("watcher"),
+        child("index_server"),
+        session,
+        _client_compaction(c.get("compaction") or {}),
+    ]
+
+
+def _compaction_line(comp: dict[str, Any]) -> str:
+    """Compaction on or off, tokens today and overall, the cap, what waits for it."""
+    if not comp.get("enabled"):
+        return "off"
+    text = f"on ({comp.get('llm_provider')} {comp.get('llm_model')})"
+    tokens = comp.get("tokens") or {}
+    for label, period in (("today", "today"), ("overall", "total")):
+        used = tokens.get(period) or {}
+        if used:
+            text += f"  {label} {used['input_tokens']:,} in / {used['output_tokens']:,} out"
+            if used.get("estimated_requests"):
+                text += " (partly estimated)"
+    cap = comp.get("cap") or {}
+    if cap.get("max_input_tokens_per_day"):
+        text += f"  cap {cap['max_input_tokens_per_day']:,}/day"
+        if cap.get("reached"):
+            text += f" REACHED until {cap['resets_at']}"
+    if comp.get("deferred"):
+        text += f"  {comp['deferred']} deferred"
+    return text
+
+
+def _client_compaction(c: dict[str, Any]) -> str:
+    if not c:
+        return "-"
+    today = ((c.get("tokens") or {}).get("today") or {}).get("input_tokens", 0)
+    text = f"{today:,} tok today"
+    if c.get("deferred"):
+        text += f", {c['deferred']} deferred"
+    if c.get("failed"):
+        text += f", {c['failed']} failed"
+    if (c.get("cap") or {}).get("reached"):
+        text += " (cap reached)"
+    return text
 
 
 def _memory_word(c: dict[str, Any]) -> str:

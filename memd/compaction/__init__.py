@@ -7,15 +7,28 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
+    from memd.compaction.base import base_file
+    from memd.compaction.files import summary_meta
     from memd.compaction.service import Compactor
+    from memd.compaction.store import CompactionStates, Store
 
 __all__ = [
+    "CompactionStates",
     "Compactor",
+    "Store",
+    "base_file",
+    "summary_meta",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
+        "base": ("base_file",),
+        "files": ("summary_meta",),
         "service": ("Compactor",),
+        "store": (
+            "CompactionStates",
+            "Store",
+        ),
     },
 )

@@ -8,8 +8,12 @@ On disk, for session S of a client (paths relative to the client root):
 2. the transcript moves from `sessions/S.md` to `archive/S.md` (a *delete* for the
    watcher, which drops its chunks), then both folders are fsynced.
 
+   Then the session's base (`.memd/compaction-base/S-summary.md`, if it resumed) is
+   dropped: the new summary replaced it.
+
 A crash between any two steps leaves complete files only. `restore_files` undoes 1-2
-(transcript back first, so the session never leaves recall, then the summary removed).
+(transcript back first, so the session never leaves recall, then the summary moved
+aside as the base of the next, incremental, compaction).
 
 The steps are blocking and run in worker threads; a thread cannot be cancelled, so a
 step of a compaction that was cancelled may still start after a restore. Every step
@@ -30,6 +34,7 @@ from pathlib import Path
 
 import structlog
 
+from memd.compaction.base import base_file, stale_bases
 from memd.layout import ClientLayout
 from memd.markdown import fsync_dir, read_front_matter
 
@@ -67,6 +72,11 @@ def _guard(layout: ClientLayout) -> _Guard:
     """Serialises one client's file steps, also against a step a cancelled task left running."""
     with _GUARDS_LOCK:
         return _GUARDS.setdefault(layout.root, _Guard())
+
+
+def files_lock(layout: ClientLayout) -> threading.Lock:
+    """The lock every file step of the client holds while it looks and moves."""
+    return _guard(layout).lock
 
 
 def restore_token(layout: ClientLayout, session_id: str) -> int:
@@ -147,20 +157,23 @@ def install_summary(
 def archive_transcript(
     layout: ClientLayout, session_id: str, digest: str, token: int, hook: StepHook | None = None
 ) -> None:
-    """Step 2: move the transcript the summary was made from to archive/, fsync both."""
+    """Step 2: move the transcript the summary was made from to archive/, fsync both.
+
+    Then the base it may have been made from is dropped: the new summary replaced it.
+    """
     guard = _enter(layout, session_id, token, "archive", hook)
     try:
         live, dest = layout.session_file(session_id), layout.archive_file(session_id)
         data = read_bytes(live)
-        if data is None:
-            return  # already moved
-        if sha256(data) != digest:
-            raise TranscriptChanged(f"{live.name} changed after it was summarised")
-        layout.archive.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _set_aside(dest)
-        os.replace(live, dest)
-        fsync_dir(layout.archive)
-        fsync_dir(layout.sessions)
+        if data is not None:
+            if sha256(data) != digest:
+                raise TranscriptChanged(f"{live.name} changed after it was summarised")
+            layout.archive.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _set_aside(dest)
+            os.replace(live, dest)
+            fsync_dir(layout.archive)
+            fsync_dir(layout.sessions)
+        drop_base(layout, session_id)
     finally:
         guard.lock.release()
 
@@ -177,8 +190,10 @@ def _set_aside(path: Path) -> None:
 
 
 def restore_files(layout: ClientLayout, session_id: str) -> str:
-    """Transcript from archive/ back into sessions/, then the summary removed.
+    """Transcript from archive/ back into sessions/, then the summary kept aside as the base.
 
+    The summary leaves sessions/ (a delete for the watcher: the session is not indexed
+    twice) for `.memd/compaction-base/`, where the next compaction starts from it.
     Returns "restored", or "missing" when no transcript exists in either folder (then
     the summary, the only trace left, is kept). Idempotent. Under the file lock it also
     bumps the session's restore token, so no step of an earlier compaction runs after it.
@@ -198,17 +213,33 @@ def restore_files(layout: ClientLayout, session_id: str) -> str:
         elif not live.exists():
             return "missing"
         if summary.exists():
-            summary.unlink()  # a delete for the watcher: its chunks are dropped
+            base = base_file(layout, session_id)
+            base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.replace(summary, base)  # a delete for the watcher: its chunks are dropped
             fsync_dir(layout.sessions)
+            fsync_dir(base.parent)
         return "restored"
 
 
+def drop_base(layout: ClientLayout, session_id: str) -> None:
+    """Remove the session's base once a newer summary is in place (under the file lock)."""
+    base = base_file(layout, session_id)
+    if base.exists():
+        base.unlink()
+        fsync_dir(base.parent)
+
+
 def sweep_tmp(layout: ClientLayout) -> int:
-    """Remove summary temp files a crash left behind (only ours: other modules share tmp/)."""
+    """Remove what a crash left behind: summary temp files (only ours: other modules share
+    tmp/) and bases whose session was compacted again before its base was dropped."""
     removed = 0
     for path in layout.tmp_dir.glob(f"{TMP_PREFIX}*.tmp"):
         path.unlink(missing_ok=True)
         removed += 1
+    with files_lock(layout):
+        for path in stale_bases(layout):
+            path.unlink(missing_ok=True)
+            removed += 1
     return removed
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from memd.compaction import llm
+from memd.compaction.base import Base, compaction_key, find_base
 from memd.compaction.files import (
     StepHook,
     archive_transcript,
@@ -29,6 +30,8 @@ from memd.compaction.files import (
     summary_meta,
 )
 from memd.compaction.store import Record, S, Store
+from memd.compaction.update import summarize_update
+from memd.compaction.usage import Usage
 from memd.layout import ClientLayout
 from memd.markdown import render_summary, span_text, split_front_matter, transcript_span
 
@@ -47,6 +50,7 @@ class Outcome:
     llm_provider: str | None = None
     llm_model: str | None = None
     compacted_at: float | None = None
+    incremental: bool = False  # made from a base and the exchanges since
 
 
 async def compact_session(
@@ -57,9 +61,13 @@ async def compact_session(
     max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS,
     clock: Callable[[], float] = time.time,
     step_hook: StepHook | None = None,
+    usage: Usage | None = None,
 ) -> Outcome:
     """Summarise an ended session and archive its transcript; safe to run again after a crash.
 
+    A session that resumed after an earlier compaction has a base (memd.compaction.base):
+    then only what the transcript gained since is summarised, next to the base. Every
+    answered LLM call is added to `usage`, also when the compaction fails later.
     Raises llm.LLMError (nothing on disk changed), TranscriptChanged, Superseded or OSError.
     """
     token = restore_token(layout, session_id)  # before anything is read
@@ -86,8 +94,10 @@ async def compact_session(
             compacted_at=clock(),
         )
     else:
+        key = compaction_key(settings.provider, settings.model, max_request_chars)
+        base = await asyncio.to_thread(find_base, layout, session_id, data, key)
         text, out = await _summarise(
-            layout, session_id, data, live, settings, max_request_chars, clock
+            layout, session_id, data, live, settings, max_request_chars, clock, usage, base
         )
         await asyncio.to_thread(
             install_summary, layout, session_id, text, live, digest, token, step_hook
@@ -99,6 +109,7 @@ async def compact_session(
         session=session_id,
         parts=out.parts,
         requests=out.requests,
+        incremental=out.incremental,
     )
     return out
 
@@ -111,8 +122,13 @@ async def recompact_session(
     max_request_chars: int = llm.DEFAULT_MAX_REQUEST_CHARS,
     clock: Callable[[], float] = time.time,
     step_hook: StepHook | None = None,
+    usage: Usage | None = None,
 ) -> Outcome:
-    """Summarise a compacted session again from archive/ and replace its summary atomically."""
+    """Summarise a compacted session again from archive/ and replace its summary atomically.
+
+    Always from the whole archived transcript, never from a base: this is how summaries
+    are made anew after the settings changed.
+    """
     token = restore_token(layout, session_id)
     if await asyncio.to_thread(layout.session_file(session_id).exists):
         return Outcome(session_id, "not_compacted")  # live in sessions/: not ours to touch
@@ -120,7 +136,9 @@ async def recompact_session(
     data = await asyncio.to_thread(read_bytes, arch)
     if data is None:
         return Outcome(session_id, "missing")
-    text, out = await _summarise(layout, session_id, data, arch, settings, max_request_chars, clock)
+    text, out = await _summarise(
+        layout, session_id, data, arch, settings, max_request_chars, clock, usage
+    )
     await asyncio.to_thread(
         install_summary, layout, session_id, text, arch, sha256(data), token, step_hook
     )
@@ -142,16 +160,25 @@ async def _summarise(
     settings: llm.LLMSettings,
     max_request_chars: int,
     clock: Callable[[], float],
+    usage: Usage | None,
+    base: Base | None = None,
 ) -> tuple[str, Outcome]:
     meta, body = split_front_matter(data.decode("utf-8", "replace"))
     body = body.lstrip("\n")
     start, end = transcript_span(body, meta, (await asyncio.to_thread(source.stat)).st_mtime)
-    if body.strip():
+    if base is not None and base.started is not None:
+        start = min(start, base.started)
+    call = partial(llm.complete, settings, usage=usage)
+    new = data[base.source_bytes :].decode("utf-8", "replace") if base else ""
+    if base is not None and new.strip():
+        result = await summarize_update(
+            base.body, new, call, span=span_text(start, end), max_request_chars=max_request_chars
+        )
+    elif base is not None:  # nothing new (only blank lines): the base says it all
+        result = llm.Summary(base.body, parts=0)
+    elif body.strip():
         result = await llm.summarize(
-            body,
-            partial(llm.complete, settings),
-            span=span_text(start, end),
-            max_request_chars=max_request_chars,
+            body, call, span=span_text(start, end), max_request_chars=max_request_chars
         )
     else:  # nothing was said: no reason to ask anyone
         result = llm.Summary("This session recorded no messages.", parts=0)
@@ -167,6 +194,10 @@ async def _summarise(
         model=settings.model,
         parts=result.parts,
         source_sha256=sha256(data),
+        extra={
+            "source_bytes": str(len(data)),
+            "compaction_key": compaction_key(settings.provider, settings.model, max_request_chars),
+        },
     )
     out = Outcome(
         session_id,
@@ -177,6 +208,7 @@ async def _summarise(
         llm_provider=settings.provider,
         llm_model=settings.model,
         compacted_at=now,
+        incremental=base is not None,
     )
     return text, out
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from memd.compaction.usage import Usage, reported
 from memd.config import CompactionConfig
 
 log = structlog.get_logger()
@@ -46,6 +47,7 @@ _SECTION_RE = re.compile(r"^#{1,2} ", re.MULTILINE)
 _TRUNCATED = "\n[…]"
 
 Complete = Callable[[str], Awaitable[str]]
+Answer = tuple[str, tuple[int, int] | None]  # the text, and the API's (input, output) tokens
 
 
 class LLMError(Exception):
@@ -81,21 +83,24 @@ class LLMSettings:
 # --- one call -----------------------------------------------------------------------------
 
 
-async def complete(settings: LLMSettings, prompt: str) -> str:
+async def complete(settings: LLMSettings, prompt: str, *, usage: Usage | None = None) -> str:
     """The LLM's answer to `prompt`; raises LLMError, never hangs past `settings.timeout`.
 
     The timeout covers the whole call, including the quick retries the OpenAI SDK makes
-    on its own for 429/5xx/connection errors; memd's slower backoff sits above it.
+    on its own for 429/5xx/connection errors; memd's slower backoff sits above it. An
+    answered call's tokens are added to `usage` (the API's counts, else an estimate).
     """
     try:
         async with asyncio.timeout(settings.timeout):
-            text = await _call(settings, prompt)
+            text, counts = await _call(settings, prompt)
     except TimeoutError as exc:
         raise LLMError("timeout", f"no answer within {settings.timeout:g} s") from exc
     except LLMError:
         raise
     except Exception as exc:
         raise _classify(exc) from exc
+    if usage is not None:
+        usage.record(prompt, text if isinstance(text, str) else "", counts)
     if not isinstance(text, str) or not text.strip():
         raise LLMError("empty", "the LLM returned empty content")
     return text
@@ -109,7 +114,7 @@ async def warm_up(provider: str) -> None:
             await asyncio.to_thread(importlib.import_module, module)
 
 
-async def _call(settings: LLMSettings, prompt: str) -> str:
+async def _call(settings: LLMSettings, prompt: str) -> Answer:
     if settings.provider == "openai":
         return await _openai(settings, prompt)
     if settings.provider == "anthropic":
@@ -131,7 +136,7 @@ def _openai_key(settings: LLMSettings) -> str | None:
     return "memd-no-key" if settings.base_url else None
 
 
-async def _openai(settings: LLMSettings, prompt: str) -> str:
+async def _openai(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_openai`, with a client that is closed after the call."""
     import openai
 
@@ -143,10 +148,11 @@ async def _openai(settings: LLMSettings, prompt: str) -> str:
         resp = await client.chat.completions.create(
             model=settings.model, messages=[{"role": "user", "content": prompt}]
         )
-    return (resp.choices[0].message.content or "") if resp.choices else ""
+    text = (resp.choices[0].message.content or "") if resp.choices else ""
+    return text, reported(resp)
 
 
-async def _anthropic(settings: LLMSettings, prompt: str) -> str:
+async def _anthropic(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_anthropic`, with the key and base URL passed in."""
     try:
         import anthropic
@@ -167,11 +173,11 @@ async def _anthropic(settings: LLMSettings, prompt: str) -> str:
         )
     for block in resp.content:  # a thinking block may come before the text
         if block.type == "text":
-            return block.text
-    return ""
+            return block.text, reported(resp)
+    return "", reported(resp)
 
 
-async def _gemini(settings: LLMSettings, prompt: str) -> str:
+async def _gemini(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_gemini`, with the key and base URL passed in."""
     try:
         from google import genai
@@ -186,7 +192,7 @@ async def _gemini(settings: LLMSettings, prompt: str) -> str:
     )
     client = genai.Client(api_key=settings.api_key or None, http_options=options)
     resp = await client.aio.models.generate_content(model=settings.model, contents=prompt)
-    return resp.text or ""
+    return resp.text or "", reported(resp)
 
 
 def _classify(exc: Exception) -> LLMError:

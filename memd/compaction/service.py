@@ -32,6 +32,7 @@ from memd.compaction.files import (
     sweep_tmp,
 )
 from memd.compaction.job import Outcome, compact_session, recompact_session, restore
+from memd.compaction.status import client_cap, session_rows, session_tokens, total_cap
 from memd.compaction.store import (
     Backoff,
     ClientRecords,
@@ -40,9 +41,16 @@ from memd.compaction.store import (
     S,
     Store,
 )
+from memd.compaction.usage import Usage, cap_reached, day_of, next_day, summary_of
 from memd.config import CompactionConfig
 from memd.layout import ClientLayout
-from memd.markdown import parse_summary_title, read_front_matter, render_summary, shape_body
+from memd.markdown import (
+    iso,
+    parse_summary_title,
+    read_front_matter,
+    render_summary,
+    shape_body,
+)
 
 log = structlog.get_logger()
 
@@ -141,7 +149,7 @@ class Compactor:
                 await self._restore(client, rec.session_id)
             elif rec.state == S.PENDING:
                 self._due[key] = self._clock()
-            elif rec.state == S.FAILED:
+            elif rec.state in (S.FAILED, S.DEFERRED):
                 self._due[key] = rec.next_retry or self._clock()
         self._wake.set()
         log.info("compaction.client_opened", client=layout.client_id, records=len(client.records))
@@ -188,7 +196,7 @@ class Compactor:
             and not await asyncio.to_thread(client.layout.session_file(session_id).exists)
         ):
             return False  # done, and not restored since
-        attempts = rec.attempts if rec and rec.state in (S.PENDING, S.FAILED) else 0
+        attempts = rec.attempts if rec and rec.state in (S.PENDING, S.FAILED, S.DEFERRED) else 0
         self._set(client, session_id, S.PENDING, attempts=attempts, next_retry=None)
         self._due.pop(key, None)
         if force or self.config.enabled:
@@ -242,10 +250,13 @@ class Compactor:
         client = self._clients.get(client_id)
         if client is None:
             return {}
-        return {
-            sid: rec.public(client.layout, (client_id, sid) in self._running)
-            for sid, rec in sorted(client.records.items())
-        }
+        running = {sid for cid, sid in self._running if cid == client_id}
+        return session_rows(client, running, day_of(self._clock()))
+
+    def session_tokens(self, client_id: str) -> dict[str, dict[str, Any]]:
+        """Tokens per session that spent any, also restored ones that have no state row."""
+        client = self._clients.get(client_id)
+        return session_tokens(client, day_of(self._clock())) if client is not None else {}
 
     def client_status(self, client_id: str) -> dict[str, Any]:
         """Counts per state, what runs, and every failure with its next retry."""
@@ -256,15 +267,26 @@ class Compactor:
         failures = [
             rec.public(client.layout) for rec in client.records.values() if rec.state == S.FAILED
         ]
+        day = day_of(self._clock())
         return {
             **counts,
             "running": sorted(k[1] for k in self._running if k[0] == client_id),
             "queued": sum(1 for k in self._queued if k[0] == client_id),
             "failures": failures,
+            "tokens": client.ledger.summary(day),
+            "cap": client_cap(
+                self.config,
+                client.ledger,
+                [c.ledger for c in self._clients.values()],
+                day,
+                self._clock(),
+            ),
         }
 
     def status(self) -> dict[str, Any]:
         cfg = self.config
+        now = self._clock()
+        day = day_of(now)
         return {
             "enabled": cfg.enabled,
             "llm_provider": cfg.llm_provider,
@@ -273,6 +295,9 @@ class Compactor:
             "queued": len(self._queued),
             "running": len(self._running),
             "scheduled": len(self._due),
+            "deferred": sum(c.counts()[S.DEFERRED] for c in self._clients.values()),
+            "tokens": summary_of((c.ledger for c in self._clients.values()), day),
+            "cap": total_cap(cfg, [c.ledger for c in self._clients.values()], day, now),
             "clients": {cid: self.client_status(cid) for cid in sorted(self._clients)},
         }
 
@@ -289,7 +314,7 @@ class Compactor:
             del self._due[key]
             client = self._clients[key[0]]
             rec = client.get(key[1])
-            if rec is not None and rec.state == S.FAILED:  # its retry time has come
+            if rec is not None and rec.state in (S.FAILED, S.DEFERRED):  # its time has come
                 self._set(client, key[1], S.PENDING, next_retry=None)
             self._enqueue(key)
         return len(due)
@@ -355,7 +380,11 @@ class Compactor:
         if client is None or rec is None or rec.state != S.PENDING:
             return  # restored, or the client closed, while it waited
         async with self._sem:
+            if (reason := self._cap_reached(client)) is not None:
+                self._defer(client, sid, reason)
+                return
             settings = self.settings()
+            usage = Usage()
             try:
                 out = await compact_session(
                     client.layout,
@@ -364,10 +393,13 @@ class Compactor:
                     max_request_chars=self.max_request_chars,
                     clock=self._clock,
                     step_hook=self._step_hook,
+                    usage=usage,
                 )
             except Exception as exc:  # whatever it was, nothing half-done is left: retry later
                 self._fail(client, sid, exc)
                 return
+            finally:  # what was spent counts, also for a failed or cancelled compaction
+                self._spend(client, sid, usage)
         if out.result == "missing":
             self._set(client, sid, S.MISSING, last_error="no transcript in sessions/ or archive/")
             return
@@ -407,6 +439,34 @@ class Compactor:
             error=error,
         )
 
+    def _cap_reached(self, client: ClientRecords) -> str | None:
+        cfg = self.config
+        return cap_reached(
+            cfg.max_input_tokens_per_day_per_client,
+            cfg.max_input_tokens_per_day,
+            client.ledger,
+            [c.ledger for c in self._clients.values()],
+            day_of(self._clock()),
+        )
+
+    def _defer(self, client: ClientRecords, sid: str, reason: str) -> None:
+        """At a cap: wait, untouched and searchable, until the next UTC day starts."""
+        at = next_day(self._clock())
+        self._set(client, sid, S.DEFERRED, last_error=f"deferred: {reason}", next_retry=at)
+        self._due[(client.layout.client_id, sid)] = at
+        self._wake.set()
+        log.info(
+            "compaction.deferred",
+            client=client.layout.client_id,
+            session=sid,
+            reason=reason,
+            until=iso(at),
+        )
+
+    def _spend(self, client: ClientRecords, sid: str, usage: Usage) -> None:
+        if usage:
+            client.ledger.add(sid, day_of(self._clock()), usage)
+
     async def _recompact_one(self, client: ClientRecords, sid: str) -> dict[str, Any]:
         """One re-compaction, tracked as running so a restore of the session cancels it."""
         client.layout.session_file(sid)
@@ -424,7 +484,12 @@ class Compactor:
 
     async def _recompact(self, client: ClientRecords, sid: str) -> dict[str, Any]:
         async with self._sem:
+            if (reason := self._cap_reached(client)) is not None:
+                resets = iso(next_day(self._clock()))
+                error = f"deferred: {reason}; ask again after {resets}"
+                return {"session_id": sid, "result": "deferred", "error": error}
             settings = self.settings()
+            usage = Usage()
             try:
                 out = await recompact_session(
                     client.layout,
@@ -433,6 +498,7 @@ class Compactor:
                     max_request_chars=self.max_request_chars,
                     clock=self._clock,
                     step_hook=self._step_hook,
+                    usage=usage,
                 )
             except Exception as exc:
                 error = f"{getattr(exc, 'reason', type(exc).__name__)}: {exc}"
@@ -446,6 +512,8 @@ class Compactor:
                     error=error,
                 )
                 return {"session_id": sid, "result": "failed", "error": error}
+            finally:
+                self._spend(client, sid, usage)
         if out.result == "recompacted":
             self._set(
                 client,

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from memd.compaction.usage import Ledger
 from memd.layout import ClientLayout
 from memd.markdown import iso
 
@@ -30,14 +31,17 @@ class CompactionStates:
     COMPACTED = "compacted"  # summary in sessions/, transcript in archive/
     RESTORING = "restoring"  # a restore was started; finished when the client reopens
     MISSING = "missing"  # the transcript is gone (deleted by the user): nothing to do
+    DEFERRED = "deferred"  # the daily token cap was reached; runs again at next_retry
 
 
 S = CompactionStates
 # None: no record (never submitted, or reset by a restore).
 ALLOWED: dict[str | None, frozenset[str | None]] = {
     None: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
-    S.PENDING: frozenset({S.PENDING, S.FAILED, S.COMPACTED, S.MISSING, S.RESTORING}),
+    S.PENDING: frozenset({S.PENDING, S.FAILED, S.COMPACTED, S.MISSING, S.RESTORING, S.DEFERRED}),
     S.FAILED: frozenset({S.PENDING, S.RESTORING}),
+    # At the cap: waits for the next UTC day (step -> pending), or a resume (restoring).
+    S.DEFERRED: frozenset({S.PENDING, S.RESTORING}),
     S.COMPACTED: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
     S.MISSING: frozenset({S.PENDING, S.COMPACTED, S.RESTORING}),
     S.RESTORING: frozenset({None, S.RESTORING}),
@@ -131,6 +135,10 @@ class Store:
         with self._lock:
             self.db.execute("DELETE FROM compaction WHERE session_id = ?", (session_id,))
 
+    def ledger(self) -> Ledger:
+        """The token usage rows kept in the same file (see memd.compaction.usage)."""
+        return Ledger(self.db, self._lock)
+
     def close(self) -> None:
         with self._lock:
             self.db.close()
@@ -143,6 +151,7 @@ class ClientRecords:
         self.layout = layout
         self.store = store
         self.records = store.load()
+        self.ledger = store.ledger()
 
     @classmethod
     def open(cls, layout: ClientLayout) -> ClientRecords:
@@ -176,7 +185,8 @@ class ClientRecords:
         self.store.put(rec)
 
     def counts(self) -> dict[str, int]:
-        counts = {state: 0 for state in (S.PENDING, S.FAILED, S.COMPACTED, S.MISSING)}
+        kinds = (S.PENDING, S.FAILED, S.DEFERRED, S.COMPACTED, S.MISSING)
+        counts = {state: 0 for state in kinds}
         for rec in self.records.values():
             counts[rec.state] = counts.get(rec.state, 0) + 1
         return counts

@@ -185,13 +185,21 @@ class Runtime:
         }
 
     async def list_sessions(self, client_id: str) -> list[dict[str, Any]]:
-        """Sessions with their compaction state merged in (`compaction`, when known)."""
+        """Sessions with their compaction state merged in (`compaction`, when known).
+
+        A session that spent tokens but has no state (restored, active again) still shows
+        them, as `compaction: {"state": null, "tokens": ...}`.
+        """
         runtime = await self.client(client_id)
         rows = await runtime.sessions.list_sessions()
         states = self.compactor.sessions(client_id)
+        tokens = self.compactor.session_tokens(client_id)
         for row in rows:
-            if row["session_id"] in states:
-                row["compaction"] = states[row["session_id"]]
+            sid = row["session_id"]
+            if sid in states:
+                row["compaction"] = states[sid]
+            elif sid in tokens:
+                row["compaction"] = {"state": None, "tokens": tokens[sid]}
         return rows
 
     async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]:

@@ -35,11 +35,13 @@ def render_summary(
     model: str,
     parts: int,
     source_sha256: str,
+    extra: dict[str, str] | None = None,
 ) -> str:
     """The summary file: front matter, a dated title, the LLM's text with dated headings.
 
     Headings in the LLM's text move one level down under the title; `#` lines inside
-    code fences are escaped so code never splits a chunk.
+    code fences are escaped so code never splits a chunk. `extra` adds front matter
+    (compaction records what the next incremental compaction needs).
     """
     span = span_text(start, end)
     meta = {
@@ -54,6 +56,7 @@ def render_summary(
         "llm_model": model,
         "parts": str(parts),
         "source_sha256": source_sha256,
+        **(extra or {}),
     }
     front = "".join(f"{k}: {_yaml_value(v)}\n" for k, v in meta.items())
     return f"---\n{front}---\n\n# {span} · session summary\n\n{shape_body(body, span)}\n"

@@ -3,7 +3,8 @@
 `POST /v1/chat/completions` (OpenAI; base URL `base_url`) and, for the anthropic provider,
 `POST /v1/messages` (Anthropic; base URL `root_url`).
 
-Deterministic answers, a log of every request, a count of requests in flight, and the
+Deterministic answers with `usage` counted as ceil(chars / 4) (or none, with
+`report_usage = False`), a log of every request, a count of requests in flight, and the
 failure modes compaction must survive: the port refusing connections (`go_down`), HTTP
 errors (`mode="error"`, status 500/429/...), a reply that never comes (`mode="hang"`)
 and empty content (`mode="empty"`).
@@ -58,6 +59,7 @@ class FakeLLM:
         self.retry_after_ms: int | None = None  # sent with errors, honoured by the OpenAI SDK
         self.delay = 0.0  # seconds before an ok/empty answer (to make overlap observable)
         self.hang_limit = 60.0  # a hung request is let go after this, or at stop()
+        self.report_usage = True  # `usage` as ceil(chars / 4); False: an API that has none
         self.requests: list[LoggedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -172,13 +174,19 @@ class FakeLLM:
         if self.delay:
             time.sleep(self.delay)
         content = "" if mode == "empty" else self.summary(req.prompt)
+        tokens = (_tokens(req.prompt), _tokens(content)) if self.report_usage else None
         if anthropic:
-            return 200, _message(req.model, content), {}
-        return 200, _completion(req.model, content), {}
+            return 200, _message(req.model, content, tokens), {}
+        return 200, _completion(req.model, content, tokens), {}
 
 
-def _completion(model: str, content: str) -> dict[str, Any]:
-    return {
+def _tokens(text: str) -> int:
+    """What the fake charges: one token per four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
+def _completion(model: str, content: str, tokens: tuple[int, int] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -190,16 +198,22 @@ def _completion(model: str, content: str) -> dict[str, Any]:
                 "message": {"role": "assistant", "content": content},
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+    if tokens is not None:
+        body["usage"] = {
+            "prompt_tokens": tokens[0],
+            "completion_tokens": tokens[1],
+            "total_tokens": sum(tokens),
+        }
+    return body
 
 
-def _message(model: str, content: str) -> dict[str, Any]:
+def _message(model: str, content: str, tokens: tuple[int, int] | None) -> dict[str, Any]:
     """An Anthropic Messages API answer (a thinking block first, as some models send)."""
     blocks = [{"type": "thinking", "thinking": "hmm", "signature": "sig"}]
     if content:
         blocks.append({"type": "text", "text": content})
-    return {
+    body: dict[str, Any] = {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
@@ -207,8 +221,10 @@ def _message(model: str, content: str) -> dict[str, Any]:
         "content": blocks,
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
     }
+    if tokens is not None:
+        body["usage"] = {"input_tokens": tokens[0], "output_tokens": tokens[1]}
+    return body
 
 
 def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:

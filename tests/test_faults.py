@@ -652,7 +652,7 @@ def test_read_only_filesystem_refuses_records_and_loses_nothing(tmp_path: Path) 
                 0.1,
                 "no process holds the broken filesystem",
             )
-            crashes = memd.log().count('"supervising child failed"')
+            crashes = memd.log().count('"child.supervise_failed"')
             if crashes:
                 problems.append(f"the supervisor's tick raised {crashes} times (see memd.log)")
             disk.repair()

@@ -208,7 +208,7 @@ def test_a_second_server_on_the_same_database_fails_without_touching_the_socket(
     )
     children.append(second)
     assert second.wait() == 1
-    assert "index_server_failed" in second.output()
+    assert "index.server_failed" in second.output()
     assert index_ready(sock)
 
 

@@ -163,14 +163,7 @@ class Runtime:
                 ended += await runtime.sessions.expire()
             except Exception:
                 log.exception("monitor.failed", client=client_id)
-        for info in ended:
-            log.info(
-                "session.ended",
-                client=info.get("client_id"),
-                session=info.get("session_id"),
-                reason=info.get("end_reason"),
-            )
-        return ended
+        return ended  # each end is logged once, by the client's sessions
 
     def status(self, client_id: str) -> dict[str, Any]:
         runtime = self.clients.get(client_id)

@@ -128,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as exc:
             self._send_error(exc)
         except Exception as exc:
-            log.exception("embedding_request_failed")
+            log.exception("embedding.request_failed")
             failure = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, str(exc), "server_error")
             self._send_error(failure)
 
@@ -162,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, exc: RequestError) -> None:
         if exc.status >= 500:
-            log.warning("embedding_request_error", status=int(exc.status), error=str(exc))
+            log.warning("embedding.request_error", status=int(exc.status), error=str(exc))
         body = {"error": {"message": str(exc), "type": exc.kind, "code": exc.kind}}
         self._send(exc.status, json.dumps(body).encode())
 
@@ -220,7 +220,7 @@ class EmbeddingServer:
             target=self._server.serve_forever, name="memd-embed-server", daemon=True
         )
         self._thread.start()
-        log.info("embedding_server_started", url=self.endpoint.base_url, model=self._model)
+        log.info("embedding.server_started", url=self.endpoint.base_url, model=self._model)
         return self.endpoint
 
     def stop(self) -> None:
@@ -232,7 +232,7 @@ class EmbeddingServer:
             self._thread.join(timeout=5)
         self._server = None
         self._thread = None
-        log.info("embedding_server_stopped")
+        log.info("embedding.server_stopped")
 
     def __enter__(self) -> EmbeddingServer:
         self.start()

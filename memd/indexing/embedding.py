@@ -95,7 +95,7 @@ def load_model() -> StaticModel:
     model = StaticModel(weights, tokenizer)
     if model.dimension != DIMENSION:
         raise RuntimeError(f"bundled WordLlama weights have dim {model.dimension}, not {DIMENSION}")
-    log.info("embedding_model_loaded", model=MODEL_NAME, dimension=DIMENSION)
+    log.info("embedding.model_loaded", model=MODEL_NAME, dimension=DIMENSION)
     return model
 
 

@@ -73,7 +73,7 @@ def _servicer_class() -> type:
                 self._get_collection(request, context).flush()
             except Exception:
                 # The write itself succeeded and is in the WAL; a later write flushes it.
-                log.exception("index_flush_failed", collection=request.collection_name)
+                log.exception("index.flush_failed", collection=request.collection_name)
 
         def Insert(self, request: Any, context: Any) -> Any:
             return self._write_then_flush(super().Insert, request, context)
@@ -180,7 +180,7 @@ def purge_index_sidecars(data_dir: Path) -> int:
         path.unlink(missing_ok=True)
         removed += 1
     log.warning(
-        "index_sidecars_purged", data_dir=str(data_dir), files=removed, reason="unclean shutdown"
+        "index.sidecars_purged", data_dir=str(data_dir), files=removed, reason="unclean shutdown"
     )
     return removed
 
@@ -220,7 +220,7 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
     try:
         server.start()
     except Exception as exc:
-        log.error("index_server_failed", error=str(exc), data_dir=str(data_dir))
+        log.error("index.server_failed", error=str(exc), data_dir=str(data_dir))
         with contextlib.suppress(Exception):
             server.stop(grace=0)
         return 1
@@ -239,7 +239,7 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
     try:
         stop.wait()  # a signal interrupts the wait and its handler sets the event
     finally:
-        log.info("index_server_stopping", uptime=round(time.monotonic() - started, 1))
+        log.info("index.server_stopping", uptime=round(time.monotonic() - started, 1))
         server.stop()
     return 0
 

@@ -123,7 +123,7 @@ def catch_up(
         added = asyncio.run(index_all())
     finally:
         mem.close()
-    log.info("index_catch_up", client=layout.client_id, files=len(files), chunks=added)
+    log.info("index.catch_up", client=layout.client_id, files=len(files), chunks=added)
     return added
 
 
@@ -186,7 +186,7 @@ def rebuild(layout: ClientLayout, target: IndexTarget | None = None, timeout: fl
         _drop_remote(target, timeout)
     spec_path(layout).unlink(missing_ok=True)
     log.info(
-        "index_rebuild",
+        "index.rebuild",
         client=layout.client_id,
         target="local" if target is None or target.local else target.uri,
     )

@@ -419,7 +419,7 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
         hit.chunk_hash, hit.source, hit.heading, hit.start_line, hit.end_line, hit.content
     )
     if root is not None and not path.resolve().is_relative_to(root.resolve()):
-        log.warning("expand_outside_root", source=hit.source, root=str(root))
+        log.warning("recall.expand_outside_root", source=hit.source, root=str(root))
         return fallback
     if lines is None:
         try:

@@ -349,7 +349,7 @@ class AppendFile:
         if self._fd is not None and st is not None and (st.st_dev, st.st_ino) == self._ino:
             return self._fd, False
         if self._fd is not None:
-            log.warning("transcript replaced or deleted; reopening", path=str(self.path))
+            log.warning("transcript.replaced_reopened", path=str(self.path))
         self.close()
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the tail digest
         if st is None:
@@ -393,7 +393,7 @@ def reconcile(path: Path, committed: int, digest: bytes | None) -> str:
         return "ok"
     if size < committed:
         log.warning(
-            "transcript shorter than recorded", path=str(path), size=size, committed=committed
+            "transcript.shorter_than_recorded", path=str(path), size=size, committed=committed
         )
         return "shorter"
     with open(path, "rb") as fh:
@@ -402,12 +402,12 @@ def reconcile(path: Path, committed: int, digest: bytes | None) -> str:
         extra = fh.read(16)
     ours = extra.startswith((b"# Conversation ", b"## ", b"**"))  # header, exchange, part
     if not ours or digest is None or tail_digest(before) != digest:
-        log.warning("transcript edited; left as is", path=str(path), size=size, committed=committed)
+        log.warning("transcript.edited_kept", path=str(path), size=size, committed=committed)
         return "edited"
     with open(path, "r+b") as fh:
         fh.truncate(committed)
         os.fsync(fh.fileno())
-    log.info("unacknowledged tail removed", path=str(path), removed=size - committed)
+    log.info("transcript.tail_removed", path=str(path), removed=size - committed)
     return "truncated"
 
 

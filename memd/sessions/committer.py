@@ -133,7 +133,11 @@ class Committer:
         """A failed write: fail every decided change, then let the owner reload the state."""
         failed, self._queue = batch + self._queue, []
         log.error(
-            "recording failed", client=self.client_id, error=str(exc), ops=len(failed), exc_info=exc
+            "sessions.record_failed",
+            client=self.client_id,
+            error=str(exc),
+            ops=len(failed),
+            exc_info=exc,
         )  # the traceback: a failure here is rare and must be findable
         for item in failed:
             _resolve(item.future, StorageError(f"could not record: {exc}"))
@@ -141,7 +145,7 @@ class Committer:
         try:
             await self._on_failure(exc)
         except Exception as reload_exc:  # the store stays unready; calls wait for a restart
-            log.error("reloading state failed", client=self.client_id, error=str(reload_exc))
+            log.error("sessions.reload_failed", client=self.client_id, error=str(reload_exc))
 
     async def _hook_runner(self) -> None:
         """Runs hooks in event order; a failing hook is only logged."""
@@ -157,7 +161,7 @@ class Committer:
                     await maybe_await(hook(payload))
                 except Exception:
                     log.exception(
-                        "session hook failed",
+                        "session.hook_failed",
                         client=self.client_id,
                         hook_event=kind,
                         hook=getattr(hook, "__qualname__", repr(hook)),

@@ -276,7 +276,7 @@ class StateStore:
                 path.unlink()
                 transcript.fsync_dir(path.parent)
                 log.info(
-                    "unacknowledged session file removed",
+                    "transcript.unacknowledged_removed",
                     client=self.layout.client_id,
                     path=str(path),
                 )
@@ -302,7 +302,7 @@ class StateStore:
                 "UPDATE sessions SET state = ? WHERE session_id = ?", (state, s.session_id)
             )
             log.info(
-                "session state follows its file",
+                "session.state_follows_file",
                 client=self.layout.client_id,
                 session=s.session_id,
                 **{"from": s.state, "to": state},
@@ -343,14 +343,14 @@ class StateStore:
         live = layout.session_file(session_id)
         if not live.exists() and layout.archive_file(session_id).exists():
             transcript.restore(layout, session_id)
-            log.info(
-                "transcript restored from archive", client=layout.client_id, session=session_id
-            )
+            log.info("transcript.restored", client=layout.client_id, session=session_id)
         summary = layout.summary_file(session_id)
         if summary.exists():
             summary.unlink()
             transcript.fsync_dir(summary.parent)
-            log.info("stale summary removed", client=layout.client_id, session=session_id)
+            log.info(
+                "compaction.stale_summary_removed", client=layout.client_id, session=session_id
+            )
         return _measure(live)
 
     def _commit_state(
@@ -395,7 +395,7 @@ def _migrate(db: sqlite3.Connection) -> None:
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if name not in have:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
-            log.info("state database migrated", table=table, column=name)
+            log.info("sessions.state_migrated", table=table, column=name)
 
 
 def _measure(path: Path) -> tuple[int, bytes | None]:

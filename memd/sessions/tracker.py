@@ -313,7 +313,7 @@ class ClientSessions:
                 sid = transcript.new_session_id(now)
             sess = self._sessions[sid] = _Session(sid, "active", now, now)
             self._active[sid] = self._current = sess
-            log.info("session started", client=self.client_id, session=sid)
+            log.info("session.started", client=self.client_id, session=sid)
         return self._current
 
     async def _reopen(self, conv: _Conv | None) -> None:
@@ -353,7 +353,7 @@ class ClientSessions:
                 await maybe_await(hook(info))
             except Exception as exc:
                 log.warning(
-                    "restore hook failed",
+                    "session.restore_hook_failed",
                     client=self.client_id,
                     session=sess.session_id,
                     error=str(exc),
@@ -369,7 +369,7 @@ class ClientSessions:
         op.touched[sess.session_id] = sess
         op.events.append(("resume", {**self._info(sess), "old_state": old}))
         log.info(
-            "session resumed",
+            "session.resumed",
             client=self.client_id,
             session=sess.session_id,
             old_state=old,
@@ -396,7 +396,7 @@ class ClientSessions:
         op.touched[sess.session_id] = sess
         if not quiet:
             op.events.append(("end", self._info(sess)))
-        log.info("session ended", client=self.client_id, session=sess.session_id, reason=reason)
+        log.info("session.ended", client=self.client_id, session=sess.session_id, reason=reason)
 
     def _new_conv(self, kind: str, external_id: str | None) -> _Conv:
         self._next_conv += 1
@@ -585,7 +585,7 @@ class ClientSessions:
                     f"could not record: the session store cannot be reopened: {exc}"
                 ) from exc
             self._broken = None
-            log.info("session store reopened", client=self.client_id)
+            log.info("sessions.store_reopened", client=self.client_id)
 
 
 def _probe_writable(folder: Path) -> None:

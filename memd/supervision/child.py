@@ -301,10 +301,10 @@ class Child:
             self.proc = self._spawner.spawn(self.spec)
         except Exception as exc:  # whatever the seam raises is a failed start
             self.last_error = f"spawn failed: {exc}"
-            self._log.warning("spawn failed", error=str(exc))
+            self._log.warning("child.spawn_failed", error=str(exc))
             self._fast_failure(now)
             return
-        self._log.info("child spawned", pid=self.proc.pid, argv=redact_argv(self.spec.argv))
+        self._log.info("child.spawned", pid=self.proc.pid, argv=redact_argv(self.spec.argv))
 
     def _check_started(self, now: float) -> None:
         assert self.spawned_at is not None
@@ -320,7 +320,7 @@ class Child:
             self._change_state(S.RUNNING)
         elif up >= self.spec.ready_timeout:
             self.last_error = f"not ready after {up:.1f}s"
-            self._log.warning("child not ready; SIGKILL", up=round(up, 1))
+            self._log.warning("child.not_ready", up=round(up, 1))
             self._sigkill(now)
 
     def _check_running(self, now: float) -> None:
@@ -334,7 +334,7 @@ class Child:
         if self.killed_at is not None:
             self._check_killed(now)
         elif now >= self.stop_deadline:
-            self._log.warning("child ignored its stop signal; SIGKILL to its group")
+            self._log.warning("child.stop_escalated")
             self._sigkill(now)
 
     def _check_killed(self, now: float) -> None:
@@ -342,7 +342,7 @@ class Child:
         assert self.killed_at is not None and self.proc is not None
         if now - self.killed_at < self.spec.kill_timeout:
             return
-        self._log.error("child did not exit after SIGKILL; abandoned", pid=self.proc.pid)
+        self._log.error("child.abandoned", pid=self.proc.pid)
         self.last_error = "did not exit after SIGKILL"
         self.proc = None  # its pidfile stays, so the next memd start reaps it
         if self.state == S.STOPPING:
@@ -397,7 +397,7 @@ class Child:
         try:
             return bool(self.spec.ready())
         except Exception as exc:  # a failing probe means "not ready yet"
-            self._log.debug("readiness check failed", error=str(exc))
+            self._log.debug("child.ready_check_failed", error=str(exc))
             return False
 
     def _housekeep(self, now: float) -> None:
@@ -407,7 +407,7 @@ class Child:
         try:
             self.proc.housekeep()
         except OSError as exc:
-            self._log.warning("housekeeping failed", error=str(exc))
+            self._log.warning("compaction.housekeeping_failed", error=str(exc))
 
     # -- status ---------------------------------------------------------------------------
 

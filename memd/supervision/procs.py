@@ -201,7 +201,7 @@ class PopenProc:
                 self._spec.pidfile.unlink(missing_ok=True)
             except OSError as exc:  # read-only or broken disk: the reap must still happen
                 log.warning(
-                    "pidfile not removed", name=self._spec.name, pid=self.pid, error=str(exc)
+                    "child.pidfile_not_removed", name=self._spec.name, pid=self.pid, error=str(exc)
                 )
 
     def write_pidfile(self) -> None:
@@ -217,7 +217,7 @@ class PopenProc:
         try:
             _write_atomic(self._spec.pidfile, json.dumps(record))
         except OSError as exc:
-            log.warning("pidfile not written", name=self._spec.name, pid=self.pid, error=str(exc))
+            log.warning("child.pidfile_failed", name=self._spec.name, pid=self.pid, error=str(exc))
 
 
 def _open_log(spec: ChildSpec) -> int:
@@ -369,20 +369,20 @@ def reap_leftovers(pidfile_dir: Path, *, timeout: float = 5.0, pattern: str = "*
         record = read_pidfile(path)
         proc = _recorded_process(record) if record is not None else None
         if record is None or proc is None:
-            log.info("stale pidfile removed", path=str(path), pid=(record or {}).get("pid"))
+            log.info("child.stale_pidfile_removed", path=str(path), pid=(record or {}).get("pid"))
             path.unlink(missing_ok=True)
             continue
         sig = int(record.get("stop_signal", signal.SIGTERM))
-        log.warning("stopping leftover child", name=record.get("name"), pid=proc.pid)
+        log.warning("child.leftover_stopping", name=record.get("name"), pid=proc.pid)
         found.append((path, proc, sig))
     for _, proc, sig in found:
         _signal_group(proc, sig)
     alive = _wait_gone([proc for _, proc, _ in found], timeout)
     for proc in alive:
-        log.warning("leftover child ignored its stop signal; SIGKILL", pid=proc.pid)
+        log.warning("child.leftover_escalated", pid=proc.pid)
         _signal_group(proc, signal.SIGKILL)
     for proc in _wait_gone(alive, timeout):
-        log.error("leftover child survived SIGKILL", pid=proc.pid)
+        log.error("child.leftover_survived", pid=proc.pid)
     for path, _, _ in found:
         path.unlink(missing_ok=True)
     return [proc.pid for _, proc, _ in found]

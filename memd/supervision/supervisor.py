@@ -184,7 +184,7 @@ class Supervisor:
         ok = await self._wait_idle(children, timeout * 0.25)
         if not ok:
             log.error(
-                "children still alive after shutdown",
+                "daemon.children_survived",
                 names=[c.spec.name for c in children if not c.idle],
             )
         return ok
@@ -207,7 +207,7 @@ class Supervisor:
         try:
             method(*args, **kwargs)
         except Exception:
-            log.exception("supervising child failed", name=child.spec.name, state=child.state)
+            log.exception("child.supervise_failed", name=child.spec.name, state=child.state)
 
     def _requirements_running(self, name: str) -> bool:
         return all(self.is_ready(req) for req in self._requires.get(name, ()))

@@ -1,0 +1,111 @@
+"""`memd init`: write a first config, commented, with one client whose memory is on.
+
+Every key is listed with its default and commented out, so the file documents itself and
+stays valid as memd's defaults move; only the one client is live. The file is created
+exclusively (0600, in a 0700 folder): an existing config is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from memd.cli_common import EXIT_OK, UsageError, config_source
+from memd.cli_service import memd_command
+from memd.config import CLIENT_ID_RE, MEMORY_MODES, load_config
+
+TEMPLATE = """\
+# memd config, written by `memd init`. Every key is optional; the commented values are
+# the defaults. memd notices edits while it runs (memory_dir and socket need a restart).
+
+# memory_dir = "~/.localrouter/memory"   # transcripts and indexes, one folder per client
+# socket = ""                 # default: $XDG_RUNTIME_DIR/memd/memd.sock, else <memory_dir>/memd.sock
+# recall_tool_name = "MemoryRecall"
+# search_top_k = 5
+# session_inactivity_minutes = 180
+# max_session_minutes = 480
+# monitor_interval_seconds = 60
+
+# [embedding]                 # "wordllama": the bundled offline model; or a memsearch provider
+# provider = "wordllama"      # openai, google, voyage, jina, mistral, ollama, local, onnx
+# model = ""
+# base_url = ""
+# api_key = ""                # "env:VAR" reads the variable
+
+# [compaction]                # summarise ended sessions with an LLM
+# enabled = false
+# llm_provider = "openai"     # openai (any OpenAI-compatible base_url), anthropic, gemini
+# llm_model = ""
+# base_url = ""
+# api_key = ""
+
+# [milvus]
+# uri = ""                    # empty: a Milvus Lite index per client; else a Milvus server
+# token = ""
+
+# Memory is opt-in per client: only clients listed here with memory_enabled = true are
+# recorded. Modes with memory: mcp_via_llm, both.
+[clients.{client}]
+memory_enabled = true
+mode = "{mode}"
+"""
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    init = sub.add_parser(
+        "init", parents=[common], help="write a first config with one client",
+        description="Write a commented config (default ~/.config/memd/config.toml, or "
+                    "--config PATH) with one client whose memory is on. An existing file "
+                    "is never overwritten.")
+    init.add_argument("--client", default="default", metavar="ID",
+                      help="the client id your gateway or MCP client will use "
+                           "(default: %(default)s)")
+    init.add_argument("--mode", default="both", choices=MEMORY_MODES,
+                      help="how the client talks to memd (default: %(default)s)")
+    init.set_defaults(func=cmd_init, needs_config=False)
+
+
+def invocation() -> str:
+    """How the user can type this memd: `memd` when that is on PATH, else its full path."""
+    command = memd_command()
+    if len(command) == 1 and shutil.which("memd") == command[0]:
+        return "memd"
+    return " ".join(shlex.quote(word) for word in command)
+
+
+def render(client: str, mode: str) -> str:
+    if not CLIENT_ID_RE.match(client) or client in (".", ".."):
+        raise UsageError(f"--client {client!r}: a client id is 1-64 of A-Z a-z 0-9 _ . - "
+                         "and starts with a letter or digit")
+    return TEMPLATE.format(client=client, mode=mode)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path, origin = config_source(args.config)
+    path = Path(os.path.abspath(path))
+    text = render(args.client, args.mode)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{path} already exists; edit it, or pass --config NEW_PATH "
+                         "for another one") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    load_config(path)  # the template must stay a valid config
+    print(f"wrote {path} with client {args.client!r} (mode {args.mode}, memory on)")
+    print()
+    print("next:")
+    memd = invocation()
+    flag = f" --config {shlex.quote(str(path))}" if origin == "--config" else ""
+    for command, why in ((f"{memd} run{flag}", "try it in the foreground"),
+                         (f"{memd} service install{flag}", "or run it as a user service"),
+                         (f"{memd} mcp --print-config --client {args.client}{flag}",
+                          "give an MCP client its recall tool"),
+                         (f"{memd} status{flag}", "see it running")):
+        print(f"  {command}\n      {why}")
+    return EXIT_OK

@@ -10,7 +10,15 @@ from typing import Any
 
 
 class ClientError(Exception):
-    """The daemon could not be reached or answered something that is not JSON-RPC."""
+    """The daemon could not be reached or answered something that is not JSON-RPC.
+
+    `unreachable` is true when no connection was made at all (no socket, a stale one),
+    so the CLI can explain which socket it tried and why.
+    """
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 class RemoteError(Exception):
@@ -55,13 +63,19 @@ class MemdClient:
             sock.connect(str(self.path))
         except FileNotFoundError as exc:
             sock.close()
-            raise ClientError(f"memd is not running (no socket at {self.path})") from exc
+            raise ClientError(
+                f"memd is not running (no socket at {self.path})", unreachable=True
+            ) from exc
         except ConnectionRefusedError as exc:
             sock.close()
-            raise ClientError(f"memd is not running (stale socket at {self.path})") from exc
+            raise ClientError(
+                f"memd is not running (stale socket at {self.path})", unreachable=True
+            ) from exc
         except OSError as exc:
             sock.close()
-            raise ClientError(f"cannot connect to memd at {self.path}: {exc}") from exc
+            raise ClientError(
+                f"cannot connect to memd at {self.path}: {exc}", unreachable=True
+            ) from exc
         self._sock = sock
 
     def close(self) -> None:

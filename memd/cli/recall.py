@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from memd.cli.client import MemdClient
@@ -43,9 +45,17 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="serve a client's _memory tool as a stdio MCP server",
         description="Speak MCP on stdin/stdout, exposing the _memory server's recall tool "
-        "for one client; every request is forwarded to the running daemon.",
+        "for one client; every request is forwarded to the running daemon. With "
+        "--print-config, print the entry that registers this server with an MCP client "
+        "(absolute command and --config), and serve nothing.",
     )
-    mcp.add_argument("--client", required=True, metavar="ID", help="the client id to serve")
+    mcp.add_argument("--client", metavar="ID", help="the client id to serve")
+    mcp.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the MCP client config for this server (default client: the only one "
+        "with memory on)",
+    )
     mcp.set_defaults(func=cmd_mcp)
 
 
@@ -72,6 +82,20 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    from memd.cli import mcp_config
+    from memd.cli.common import UsageError, load
+    from memd.cli.service_files import memd_command
+
+    path, config = load(args)
+    if args.print_config:
+        client = mcp_config.pick_client(config, path, args.client)
+        absolute = Path(os.path.abspath(path))
+        print(mcp_config.render(memd_command(), absolute, client), end="")
+        return 0
+    if not args.client:
+        raise UsageError("give --client ID (or --print-config to see the MCP client entry)")
+    mcp_config.check_client(config, path, args.client)  # fail now, not with empty tools
+
     from memd.cli.mcp import run_mcp
     from memd.logs import configure_logging
 

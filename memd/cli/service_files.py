@@ -3,7 +3,7 @@
 `memd service install` writes them with the absolute path of the `memd` that runs the
 command (venv, pipx and `uv tool` installs alike) and the config path in use, so the
 service runs the same memd with the same config the user just tried by hand. The files
-are rendered here, from one `ServicePlan`; `memd.cli_service_ops` installs them.
+are rendered here, from one `ServicePlan`; `memd.cli.service` installs them.
 
 The unit's sandbox is the strictest that still lets memd and its children work, measured
 with `systemd-analyze security` (exposure 1.7 "OK" for the unit below, was 9.6 "UNSAFE")
@@ -117,8 +117,9 @@ def launchd_log() -> Path:
 
 def render_unit(plan: ServicePlan) -> str:
     """The systemd user unit for `plan`, every path quoted as systemd reads it."""
-    exec_start = " ".join(_systemd_word(w) for w in
-                          (*plan.command, "run", "--config", str(plan.config_path)))
+    exec_start = " ".join(
+        _systemd_word(w) for w in (*plan.command, "run", "--config", str(plan.config_path))
+    )
     lines = [
         "# memd as a systemd user service, written by `memd service install`.",
         "# Remove with `memd service uninstall`; logs: journalctl --user -u memd",
@@ -129,8 +130,7 @@ def render_unit(plan: ServicePlan) -> str:
         "Type=notify",
         "NotifyAccess=main",
         f"ExecStart={exec_start}",
-        "# memd stops its memsearch watchers and index servers itself on SIGTERM; "
-        "KillMode=mixed",
+        "# memd stops its memsearch watchers and index servers itself on SIGTERM; KillMode=mixed",
         "# sends SIGTERM to memd only and SIGKILLs whatever is left after TimeoutStopSec.",
         "KillMode=mixed",
         "TimeoutStopSec=30",
@@ -139,12 +139,15 @@ def render_unit(plan: ServicePlan) -> str:
         "WatchdogSec=120",
         "UMask=0077",
         "",
-        "# Sandbox: read-only everywhere but memd's own folders (see memd/cli_service.py).",
+        "# Sandbox: read-only everywhere but memd's own folders (see memd/cli/service_files.py).",
         "RuntimeDirectory=memd",
         "RuntimeDirectoryMode=0700",
         *(f"ReadWritePaths={_systemd_word(str(p), exec_line=False)}" for p in plan.writable),
-        *(["PrivateTmp=yes"] if plan.private_tmp else
-          ["# PrivateTmp is off: a path memd needs is in /tmp or /var/tmp."]),
+        *(
+            ["PrivateTmp=yes"]
+            if plan.private_tmp
+            else ["# PrivateTmp is off: a path memd needs is in /tmp or /var/tmp."]
+        ),
         *(f"{key}={value}" for key, value in SANDBOX),
         "",
         "[Install]",
@@ -176,7 +179,7 @@ def _systemd_word(word: str, exec_line: bool = True) -> str:
     escaped = word.replace("%", "%%")
     if exec_line:
         escaped = escaped.replace("$", "$$")
-    if any(c in escaped for c in ' \t"\'\\;'):
+    if any(c in escaped for c in " \t\"'\\;"):
         escaped = '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return escaped
 

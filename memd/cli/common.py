@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from memd.cli.client import MemdClient
 from memd.config import (
     Config,
     ConfigError,
@@ -44,8 +46,9 @@ def check_config_exists(arg: str | Path | None) -> None:
     """
     path, origin = config_source(arg)
     if origin != "default" and not path.exists():
-        raise ConfigError(f"{path}: no such file (named by {origin}); `memd init "
-                          f"--config {path}` writes one")
+        raise ConfigError(
+            f"{path}: no such file (named by {origin}); `memd init --config {path}` writes one"
+        )
 
 
 def config_arg(args: argparse.Namespace) -> Path:
@@ -63,20 +66,24 @@ def socket_origin(arg: str | Path | None) -> tuple[Path, str]:
         return socket, f"the `socket` key in {named}"
     if runtime:
         return socket, f"$XDG_RUNTIME_DIR is {runtime}, so $XDG_RUNTIME_DIR/memd/memd.sock"
-    return socket, (f"XDG_RUNTIME_DIR is unset, so <memory_dir>/memd.sock with memory_dir "
-                    f"{config.memory_dir} from {named}")
+    return socket, (
+        f"XDG_RUNTIME_DIR is unset, so <memory_dir>/memd.sock with memory_dir "
+        f"{config.memory_dir} from {named}"
+    )
 
 
 def not_running_help(arg: str | Path | None, problem: str) -> str:
     """The error for a daemon that cannot be reached: what was tried, why, what to do."""
     socket, why = socket_origin(arg)
-    return (f"{problem}\n"
-            f"  tried:  {socket}\n"
-            f"  why:    {why}\n"
-            "  fix:    start it (`memd run`, or `memd service install`), or point at the "
-            "running one: pass its config with --config (or $MEMD_CONFIG), set `socket` "
-            "there, or use the XDG_RUNTIME_DIR it runs with; `memd path --socket` prints "
-            "the path")
+    return (
+        f"{problem}\n"
+        f"  tried:  {socket}\n"
+        f"  why:    {why}\n"
+        "  fix:    start it (`memd run`, or `memd service install`), or point at the "
+        "running one: pass its config with --config (or $MEMD_CONFIG), set `socket` "
+        "there, or use the XDG_RUNTIME_DIR it runs with; `memd path --socket` prints "
+        "the path"
+    )
 
 
 def _lenient(path: Path, error: ConfigError | None) -> Config:
@@ -91,3 +98,46 @@ def _lenient(path: Path, error: ConfigError | None) -> Config:
         return parse_config(data, source=path)
     except ConfigError:
         return Config(source=path)
+
+
+def load(args: argparse.Namespace) -> tuple[Path, Config]:
+    """The config path in use and its validated contents."""
+    path = config_arg(args)
+    return path, load_config(path)
+
+
+def call(
+    args: argparse.Namespace,
+    method: str,
+    params: dict[str, Any] | None = None,
+    timeout: float | None = 30.0,
+) -> Any:
+    """One request to the daemon named by the config in use (an invalid edit only warns:
+    the daemon may still be running on the last good config)."""
+    socket, error = socket_for(args.config)
+    if error is not None:
+        print(f"memd: warning: {error}", file=sys.stderr)
+    with MemdClient(socket, timeout=timeout) as client:
+        return client.call(method, params)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

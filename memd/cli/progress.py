@@ -26,8 +26,15 @@ from tqdm import tqdm
 class Progress:
     """Counts `total` steps of one job; see the module docstring."""
 
-    def __init__(self, total: int, label: str, *, quiet: bool = False,
-                 out: TextIO | None = None, bar_stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        quiet: bool = False,
+        out: TextIO | None = None,
+        bar_stream: TextIO | None = None,
+    ) -> None:
         self.total = total
         self.done = 0
         self.quiet = quiet
@@ -35,8 +42,9 @@ class Progress:
         stream = bar_stream or sys.stderr
         self._bar: tqdm | None = None
         if total > 0 and _is_terminal(stream):
-            self._bar = tqdm(total=total, desc=label, file=stream, unit="", leave=False,
-                             dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total, desc=label, file=stream, unit="", leave=False, dynamic_ncols=True
+            )
 
     def step(self, message: str = "") -> None:
         """One step finished; `message` says how it went."""
@@ -56,8 +64,9 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 

@@ -13,15 +13,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from memd.cli_common import UsageError
+from memd.cli.common import UsageError
 from memd.config import Config
-from memd.recall import SERVER_NAME
+from memd.recall.tool import SERVER_NAME
 
 
 def server_entry(command: tuple[str, ...], config_path: Path, client: str) -> dict[str, Any]:
     """One `mcpServers` entry: how an MCP client starts `memd mcp` for `client`."""
-    return {"command": command[0],
-            "args": [*command[1:], "mcp", "--client", client, "--config", str(config_path)]}
+    return {
+        "command": command[0],
+        "args": [*command[1:], "mcp", "--client", client, "--config", str(config_path)],
+    }
 
 
 def render(command: tuple[str, ...], config_path: Path, client: str) -> str:
@@ -29,10 +31,12 @@ def render(command: tuple[str, ...], config_path: Path, client: str) -> str:
     entry = server_entry(command, config_path, client)
     block = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
     argv = shlex.join([entry["command"], *entry["args"]])
-    return (f"{block}\n\n"
-            f"# Claude Code:\nclaude mcp add {SERVER_NAME} -- {argv}\n\n"
-            "# MCP Inspector (the server's own options go after --):\n"
-            f"npx @modelcontextprotocol/inspector -- {argv}\n")
+    return (
+        f"{block}\n\n"
+        f"# Claude Code:\nclaude mcp add {SERVER_NAME} -- {argv}\n\n"
+        "# MCP Inspector (the server's own options go after --):\n"
+        f"npx @modelcontextprotocol/inspector -- {argv}\n"
+    )
 
 
 def pick_client(config: Config, config_path: Path, client: str | None) -> str:
@@ -44,10 +48,13 @@ def pick_client(config: Config, config_path: Path, client: str | None) -> str:
     if len(enabled) == 1:
         return enabled[0]
     if not enabled:
-        raise UsageError(f"no client in {_named(config, config_path)} has memory on; "
-                         "`memd init --client ID` writes a config with one")
-    raise UsageError(f"several clients have memory on ({', '.join(enabled)}); "
-                     "pick one with --client ID")
+        raise UsageError(
+            f"no client in {_named(config, config_path)} has memory on; "
+            "`memd init --client ID` writes a config with one"
+        )
+    raise UsageError(
+        f"several clients have memory on ({', '.join(enabled)}); pick one with --client ID"
+    )
 
 
 def check_client(config: Config, config_path: Path, client: str) -> None:
@@ -56,16 +63,22 @@ def check_client(config: Config, config_path: Path, client: str) -> None:
     known = config.clients.get(client)
     if known is None:
         names = ", ".join(sorted(config.clients)) or "none"
-        raise UsageError(f"client {client!r} is not in {where} (configured: {names}); "
-                         "pass the daemon's config with --config, or add the client")
+        raise UsageError(
+            f"client {client!r} is not in {where} (configured: {names}); "
+            "pass the daemon's config with --config, or add the client"
+        )
     if known.memory_on:
         return
     if known.memory_enabled is not True:
         state = "false" if known.memory_enabled is False else "unset"
-        raise UsageError(f"memory is off for client {client!r} in {where} "
-                         f"(memory_enabled is {state}); set memory_enabled = true")
-    raise UsageError(f"client {client!r} in {where} is mode {known.mode}, which cannot "
-                     "have memory; use mode mcp_via_llm or both")
+        raise UsageError(
+            f"memory is off for client {client!r} in {where} "
+            f"(memory_enabled is {state}); set memory_enabled = true"
+        )
+    raise UsageError(
+        f"client {client!r} in {where} is mode {known.mode}, which cannot "
+        "have memory; use mode mcp_via_llm or both"
+    )
 
 
 def _named(config: Config, config_path: Path) -> str:

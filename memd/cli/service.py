@@ -1,6 +1,6 @@
 """`memd service install | uninstall | status`: the user service, written, enabled, undone.
 
-Install writes the file rendered by `memd.cli_service`, then asks the user's service
+Install writes the file rendered by `memd.cli.service_files`, then asks the user's service
 manager to load, enable and (re)start it; when that fails, the file is removed again, so
 a failed install leaves nothing behind. `--print` only writes the file to stdout.
 """
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memd.cli_common import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, UsageError, config_arg
-from memd.cli_service import (
+from memd.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, UsageError, config_arg
+from memd.cli.service_files import (
     LAUNCHD_LABEL,
     UNIT_NAME,
     ServicePlan,
@@ -34,22 +34,33 @@ MANAGER_TIMEOUT = 60.0
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `service` and its actions to the `memd` subcommands."""
     service = sub.add_parser(
-        "service", parents=[common], help="install memd as a user service (systemd/launchd)",
+        "service",
+        parents=[common],
+        help="install memd as a user service (systemd/launchd)",
         description="Install, remove or inspect memd as a per-user service: a sandboxed "
-                    "systemd user unit on Linux, a LaunchAgent on macOS. The service runs "
-                    "this memd with this config (see --config).")
+        "systemd user unit on Linux, a LaunchAgent on macOS. The service runs "
+        "this memd with this config (see --config).",
+    )
     actions = service.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, func, text in (
-            ("install", cmd_install, "write the service, enable and start it"),
-            ("uninstall", cmd_uninstall, "stop, disable and remove the service"),
-            ("status", cmd_status, "is it installed, enabled, running, and which memd")):
+        ("install", cmd_install, "write the service, enable and start it"),
+        ("uninstall", cmd_uninstall, "stop, disable and remove the service"),
+        ("status", cmd_status, "is it installed, enabled, running, and which memd"),
+    ):
         action = actions.add_parser(name, parents=[common], help=text, description=text)
-        action.add_argument("--manager", choices=["systemd", "launchd"],
-                            default="launchd" if sys.platform == "darwin" else "systemd",
-                            help="which service manager (default: this system's)")
+        action.add_argument(
+            "--manager",
+            choices=["systemd", "launchd"],
+            default="launchd" if sys.platform == "darwin" else "systemd",
+            help="which service manager (default: this system's)",
+        )
         if name == "install":
-            action.add_argument("--print", action="store_true", dest="print_only",
-                                help="write the unit or plist to stdout; install nothing")
+            action.add_argument(
+                "--print",
+                action="store_true",
+                dest="print_only",
+                help="write the unit or plist to stdout; install nothing",
+            )
         action.set_defaults(func=func)
 
 
@@ -57,16 +68,26 @@ def plan_for(args: argparse.Namespace) -> ServicePlan:
     """The service for this memd and this config; refuses a config that does not exist."""
     path = Path(os.path.abspath(config_arg(args)))
     if not path.is_file():
-        raise UsageError(f"no config at {path}: run `memd init` first (a service without "
-                         "clients would record nothing)")
+        raise UsageError(
+            f"no config at {path}: run `memd init` first (a service without "
+            "clients would record nothing)"
+        )
     config = load_config(path)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    in_runtime = (args.manager == "systemd" and runtime is not None
-                  and config.socket.parent == Path(runtime) / "memd")
-    socket_dir = None if in_runtime or config.socket.parent == config.memory_dir \
-        else config.socket.parent
-    return ServicePlan(command=memd_command(), config_path=path,
-                       memory_dir=config.memory_dir, socket_dir=socket_dir)
+    in_runtime = (
+        args.manager == "systemd"
+        and runtime is not None
+        and config.socket.parent == Path(runtime) / "memd"
+    )
+    socket_dir = (
+        None if in_runtime or config.socket.parent == config.memory_dir else config.socket.parent
+    )
+    return ServicePlan(
+        command=memd_command(),
+        config_path=path,
+        memory_dir=config.memory_dir,
+        socket_dir=socket_dir,
+    )
 
 
 def service_file(manager: str) -> Path:
@@ -75,15 +96,13 @@ def service_file(manager: str) -> Path:
 
 def cmd_install(args: argparse.Namespace) -> int:
     plan = plan_for(args)
-    content = (render_unit(plan).encode() if args.manager == "systemd"
-               else render_plist(plan))
+    content = render_unit(plan).encode() if args.manager == "systemd" else render_plist(plan)
     if args.print_only:
         sys.stdout.buffer.write(content)
         sys.stdout.flush()
         return EXIT_OK
     if not load_config(plan.config_path).enabled_clients():
-        print(f"memd: warning: no client in {plan.config_path} has memory on",
-              file=sys.stderr)
+        print(f"memd: warning: no client in {plan.config_path} has memory on", file=sys.stderr)
     for folder in plan.writable:  # the sandbox can only grant folders that exist
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = service_file(args.manager)
@@ -96,8 +115,11 @@ def cmd_install(args: argparse.Namespace) -> int:
             target.unlink(missing_ok=True)
             if args.manager == "systemd":
                 _run(["systemctl", "--user", "daemon-reload"])
-        print(f"memd: {failure}\nmemd: nothing was installed; `memd service install "
-              "--print` shows the file to install by hand", file=sys.stderr)
+        print(
+            f"memd: {failure}\nmemd: nothing was installed; `memd service install "
+            "--print` shows the file to install by hand",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     print(f"{'updated' if existed else 'installed'} {target}")
     print(f"runs     {' '.join(plan.command)} run --config {plan.config_path}")
@@ -144,24 +166,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"running  {'yes' if running else 'no'}")
     command = " ".join(memd_command())
     if command not in target.read_text(encoding="utf-8", errors="replace"):
-        print(f"note     the service runs another memd than this one ({command}); "
-              "`memd service install` updates it")
+        print(
+            f"note     the service runs another memd than this one ({command}); "
+            "`memd service install` updates it"
+        )
     print(f"logs     {_logs_hint(args.manager)}")
     return EXIT_OK if running else EXIT_UNAVAILABLE
 
 
 def _systemd_install() -> list[list[str]]:
-    return [["systemctl", "--user", "daemon-reload"],
-            ["systemctl", "--user", "enable", UNIT_NAME],
-            ["systemctl", "--user", "restart", UNIT_NAME]]
+    return [
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", UNIT_NAME],
+        ["systemctl", "--user", "restart", UNIT_NAME],
+    ]
 
 
 def _launchd_install(target: Path) -> list[list[str]]:
     launchd_log().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     domain = f"gui/{os.getuid()}"
     _run(["launchctl", "bootout", f"{domain}/{LAUNCHD_LABEL}"])  # a loaded old one
-    return [["launchctl", "enable", f"{domain}/{LAUNCHD_LABEL}"],
-            ["launchctl", "bootstrap", domain, str(target)]]
+    return [
+        ["launchctl", "enable", f"{domain}/{LAUNCHD_LABEL}"],
+        ["launchctl", "bootstrap", domain, str(target)],
+    ]
 
 
 def _run_all(steps: list[list[str]]) -> str | None:
@@ -176,8 +204,9 @@ def _run_all(steps: list[list[str]]) -> str | None:
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=MANAGER_TIMEOUT,
-                              check=False)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=MANAGER_TIMEOUT, check=False
+        )
     except FileNotFoundError:
         return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]} not found on this system")
     except subprocess.TimeoutExpired:
@@ -197,5 +226,4 @@ def _write(target: Path, content: bytes) -> None:
 
 
 def _logs_hint(manager: str) -> str:
-    return ("journalctl --user -u memd -f" if manager == "systemd"
-            else f"tail -f {launchd_log()}")
+    return "journalctl --user -u memd -f" if manager == "systemd" else f"tail -f {launchd_log()}"

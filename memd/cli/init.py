@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from memd.cli_common import EXIT_OK, UsageError, config_source
-from memd.cli_service import memd_command
+from memd.cli.common import EXIT_OK, UsageError, config_source
+from memd.cli.service_files import memd_command
 from memd.config import CLIENT_ID_RE, MEMORY_MODES, load_config
 
 TEMPLATE = """\
@@ -23,7 +23,7 @@ TEMPLATE = """\
 # the defaults. memd notices edits while it runs (memory_dir and socket need a restart).
 
 # memory_dir = "~/.localrouter/memory"   # transcripts and indexes, one folder per client
-# socket = ""                 # default: $XDG_RUNTIME_DIR/memd/memd.sock, else <memory_dir>/memd.sock
+# socket = ""                # default: $XDG_RUNTIME_DIR/memd/memd.sock, else <memory_dir>/memd.sock
 # recall_tool_name = "MemoryRecall"
 # search_top_k = 5
 # session_inactivity_minutes = 180
@@ -57,15 +57,25 @@ mode = "{mode}"
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     init = sub.add_parser(
-        "init", parents=[common], help="write a first config with one client",
+        "init",
+        parents=[common],
+        help="write a first config with one client",
         description="Write a commented config (default ~/.config/memd/config.toml, or "
-                    "--config PATH) with one client whose memory is on. An existing file "
-                    "is never overwritten.")
-    init.add_argument("--client", default="default", metavar="ID",
-                      help="the client id your gateway or MCP client will use "
-                           "(default: %(default)s)")
-    init.add_argument("--mode", default="both", choices=MEMORY_MODES,
-                      help="how the client talks to memd (default: %(default)s)")
+        "--config PATH) with one client whose memory is on. An existing file "
+        "is never overwritten.",
+    )
+    init.add_argument(
+        "--client",
+        default="default",
+        metavar="ID",
+        help="the client id your gateway or MCP client will use (default: %(default)s)",
+    )
+    init.add_argument(
+        "--mode",
+        default="both",
+        choices=MEMORY_MODES,
+        help="how the client talks to memd (default: %(default)s)",
+    )
     init.set_defaults(func=cmd_init, needs_config=False)
 
 
@@ -79,8 +89,10 @@ def invocation() -> str:
 
 def render(client: str, mode: str) -> str:
     if not CLIENT_ID_RE.match(client) or client in (".", ".."):
-        raise UsageError(f"--client {client!r}: a client id is 1-64 of A-Z a-z 0-9 _ . - "
-                         "and starts with a letter or digit")
+        raise UsageError(
+            f"--client {client!r}: a client id is 1-64 of A-Z a-z 0-9 _ . - "
+            "and starts with a letter or digit"
+        )
     return TEMPLATE.format(client=client, mode=mode)
 
 
@@ -92,8 +104,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise UsageError(f"{path} already exists; edit it, or pass --config NEW_PATH "
-                         "for another one") from None
+        raise UsageError(
+            f"{path} already exists; edit it, or pass --config NEW_PATH for another one"
+        ) from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
     load_config(path)  # the template must stay a valid config
@@ -102,10 +115,14 @@ def cmd_init(args: argparse.Namespace) -> int:
     print("next:")
     memd = invocation()
     flag = f" --config {shlex.quote(str(path))}" if origin == "--config" else ""
-    for command, why in ((f"{memd} run{flag}", "try it in the foreground"),
-                         (f"{memd} service install{flag}", "or run it as a user service"),
-                         (f"{memd} mcp --print-config --client {args.client}{flag}",
-                          "give an MCP client its recall tool"),
-                         (f"{memd} status{flag}", "see it running")):
+    for command, why in (
+        (f"{memd} run{flag}", "try it in the foreground"),
+        (f"{memd} service install{flag}", "or run it as a user service"),
+        (
+            f"{memd} mcp --print-config --client {args.client}{flag}",
+            "give an MCP client its recall tool",
+        ),
+        (f"{memd} status{flag}", "see it running"),
+    ):
         print(f"  {command}\n      {why}")
     return EXIT_OK

@@ -232,8 +232,13 @@ def test_a_closed_pipe_is_not_a_traceback(user: User) -> None:
     os.close(read)  # `memd … | head` after head has exited
     try:
         done = subprocess.run(
-            [str(MEMD), "--help"], stdout=write, stderr=subprocess.PIPE, env=user.env,
-            text=True, timeout=60, check=False,
+            [str(MEMD), "--help"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=user.env,
+            text=True,
+            timeout=60,
+            check=False,
         )
     finally:
         os.close(write)
@@ -244,8 +249,15 @@ def test_a_closed_pipe_is_not_a_traceback(user: User) -> None:
 def test_help_shows_examples_exit_codes_and_logs(user: User) -> None:
     done = user.memd("--help")
     assert done.code == 0
-    for words in ("examples:", "memd init", "exit codes:", "3 the daemon is not running",
-                  "logs:", "journalctl --user -u memd", ".memd/logs"):
+    for words in (
+        "examples:",
+        "memd init",
+        "exit codes:",
+        "3 the daemon is not running",
+        "logs:",
+        "journalctl --user -u memd",
+        ".memd/logs",
+    ):
         assert words in done.out, words
 
 

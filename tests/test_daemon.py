@@ -194,7 +194,7 @@ def test_status_without_daemon_says_not_running(config_file) -> None:
 
 
 def test_path_prints_memory_folder(config_file, tmp_path) -> None:
-    path = config_file()
+    path = config_file(clients={"gw": CLIENTS["gw"]})
     assert memd_cli("path", "--config", str(path)).stdout.strip() == str(tmp_path / "memory")
     out = memd_cli("path", "gw", "--config", str(path))
     assert out.stdout.strip() == str(tmp_path / "memory" / "gw")

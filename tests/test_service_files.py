@@ -28,7 +28,7 @@ def test_unit_has_the_promised_settings() -> None:
     assert service["Type"] == "notify"
     assert service["KillMode"] == "mixed"
     assert service["Restart"] == "on-failure"
-    assert service["ExecStart"].split()[1:] == ["run"]
+    assert service["ExecStart"].split()[1:3] == ["run", "--config"]
     assert unit_sections()["Install"]["WantedBy"] == "default.target"
 
 
@@ -49,7 +49,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 def test_launchd_plist_parses_with_keepalive_and_logs() -> None:
     plist = plistlib.loads(PLIST.read_bytes())
     assert plist["Label"] == "dev.memd"
-    assert plist["ProgramArguments"][1:] == ["run"]
+    assert plist["ProgramArguments"][1:3] == ["run", "--config"]
     assert plist["RunAtLoad"] is True
     assert plist["KeepAlive"] == {"SuccessfulExit": False}
     assert plist["StandardErrorPath"].endswith(".log")

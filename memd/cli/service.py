@@ -28,7 +28,7 @@ from memd.cli.service_files import (
 )
 from memd.config import load_config
 
-MANAGER_TIMEOUT = 60.0
+MANAGER_TIMEOUT = 120.0  # longer than systemd's start timeout (90 s by default)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -106,18 +106,17 @@ def cmd_install(args: argparse.Namespace) -> int:
     for folder in plan.writable:  # the sandbox can only grant folders that exist
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = service_file(args.manager)
-    existed = target.exists()
+    previous = target.read_bytes() if target.exists() else None
+    existed = previous is not None
     _write(target, content)
     steps = _systemd_install() if args.manager == "systemd" else _launchd_install(target)
     failure = _run_all(steps)
     if failure:
-        if not existed:
-            target.unlink(missing_ok=True)
-            if args.manager == "systemd":
-                _run(["systemctl", "--user", "daemon-reload"])
+        _roll_back(args.manager, target, previous)
+        left = "the service was left as it was" if existed else "nothing was installed"
         print(
-            f"memd: {failure}\nmemd: nothing was installed; `memd service install "
-            "--print` shows the file to install by hand",
+            f"memd: {failure}\nmemd: {left}; logs: {_logs_hint(args.manager)}; "
+            "`memd service install --print` shows the file to install by hand",
             file=sys.stderr,
         )
         return EXIT_ERROR
@@ -172,6 +171,26 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     print(f"logs     {_logs_hint(args.manager)}")
     return EXIT_OK if running else EXIT_UNAVAILABLE
+
+
+def _roll_back(manager: str, target: Path, previous: bytes | None) -> None:
+    """Put back what was there before a failed install (nothing, or the old file)."""
+    if manager == "systemd":
+        if previous is None:
+            _run(["systemctl", "--user", "disable", "--now", UNIT_NAME])
+            target.unlink(missing_ok=True)
+        else:
+            _write(target, previous)
+        _run(["systemctl", "--user", "daemon-reload"])
+        _run(["systemctl", "--user", "reset-failed", UNIT_NAME])
+        if previous is not None:
+            _run(["systemctl", "--user", "restart", UNIT_NAME])
+    elif previous is None:
+        _run(["launchctl", "bootout", f"gui/{os.getuid()}/{LAUNCHD_LABEL}"])
+        target.unlink(missing_ok=True)
+    else:
+        _write(target, previous)
+        _run(["launchctl", "bootstrap", f"gui/{os.getuid()}", str(target)])
 
 
 def _systemd_install() -> list[list[str]]:

@@ -111,8 +111,8 @@ def plist_path() -> Path:
     return Path.home() / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
 
 
-def launchd_log() -> Path:
-    return Path.home() / "Library" / "Logs" / "memd" / "memd.log"
+def launchd_log(home: Path | None = None) -> Path:
+    return (home or Path.home()) / "Library" / "Logs" / "memd" / "memd.log"
 
 
 def render_unit(plan: ServicePlan) -> str:
@@ -121,8 +121,9 @@ def render_unit(plan: ServicePlan) -> str:
         _systemd_word(w) for w in (*plan.command, "run", "--config", str(plan.config_path))
     )
     lines = [
-        "# memd as a systemd user service, written by `memd service install`.",
-        "# Remove with `memd service uninstall`; logs: journalctl --user -u memd",
+        "# memd as a systemd user service. `memd service install` writes it with the paths",
+        "# of the memd and config in use; `memd service uninstall` removes it.",
+        "# Logs: journalctl --user -u memd",
         "[Unit]",
         "Description=memd: persistent conversation memory for LLM clients",
         "",
@@ -156,9 +157,9 @@ def render_unit(plan: ServicePlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_plist(plan: ServicePlan) -> bytes:
+def render_plist(plan: ServicePlan, home: Path | None = None) -> bytes:
     """The LaunchAgent for `plan` (launchd has no sandbox settings of this kind)."""
-    log = str(launchd_log())
+    log = str(launchd_log(home))
     agent = {
         "Label": LAUNCHD_LABEL,
         "ProgramArguments": [*plan.command, "run", "--config", str(plan.config_path)],
@@ -189,3 +190,28 @@ def _under(path: Path, parent: Path) -> bool:
         return Path(os.path.abspath(path)).is_relative_to(parent)
     except ValueError:
         return False
+
+
+# The copies shipped in systemd/ and launchd/: what install writes for a pipx install
+# with the default config, with the home folder left to the service manager (%h) or to
+# the reader (__HOME__, launchd expands nothing). tests/test_service_install.py keeps
+# them equal to the renderers' output.
+_SHIPPED_HOME = Path("/__HOME__")
+
+
+def _shipped_plan() -> ServicePlan:
+    return ServicePlan(
+        command=(str(_SHIPPED_HOME / ".local" / "bin" / "memd"),),
+        config_path=_SHIPPED_HOME / ".config" / "memd" / "config.toml",
+        memory_dir=_SHIPPED_HOME / ".localrouter" / "memory",
+        socket_dir=None,
+    )
+
+
+def shipped_unit() -> str:
+    return render_unit(_shipped_plan()).replace(str(_SHIPPED_HOME), "%h")
+
+
+def shipped_plist() -> bytes:
+    plist = render_plist(_shipped_plan(), home=_SHIPPED_HOME)
+    return plist.replace(str(_SHIPPED_HOME).encode(), b"__HOME__")

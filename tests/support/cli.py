@@ -38,7 +38,9 @@ class User:
     def default_config(self) -> Path:
         return self.home / ".config" / "memd" / "config.toml"
 
-    def memd(self, *args: str, stdin: str | None = None, timeout: float = 60.0, **env: str) -> Result:
+    def memd(
+        self, *args: str, stdin: str | None = None, timeout: float = 60.0, **env: str
+    ) -> Result:
         done = subprocess.run(
             [str(MEMD), *args],
             input=stdin,

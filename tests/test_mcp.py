@@ -8,6 +8,7 @@ watchers and index servers.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -119,9 +120,10 @@ def test_list_and_call_the_recall_tool(
     run(scenario)
 
 
-def test_disabled_client_gets_no_tool(
+def test_client_without_memory_is_refused_at_start(
     config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
 ) -> None:
+    """An MCP client shows the server's start-up error, instead of a server with no tools."""
     config = config_file(
         clients={
             "alice": {"memory_enabled": True},
@@ -130,17 +132,32 @@ def test_disabled_client_gets_no_tool(
         }
     )
     daemon_factory(config)
-
-    async def scenario() -> None:
-        for client_id in ("bob", "carol", "dave"):
-            async with mcp_session(config, client_id) as session:
-                init = await session.initialize()
-                assert init.server_info.name == "_memory" and not init.instructions
-                assert (await session.list_tools()).tools == []
-                result = await session.call_tool("MemoryRecall", {"query": "anything"})
-                assert result.is_error and "Memory is not available" in text_of(result)
-
-    run(scenario)
+    for client_id, words in (
+        ("bob", "memory_enabled is false"),
+        ("carol", "llm_only"),
+        ("dave", "is not in"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memd.cli",
+                "mcp",
+                "--client",
+                client_id,
+                "--config",
+                str(config),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env={**os.environ, "HOME": str(config.parent / "home")},
+            check=False,
+        )
+        assert done.returncode == 2 and done.stdout == "", (client_id, done)
+        assert client_id in done.stderr and words in done.stderr, (client_id, done.stderr)
 
 
 def test_tool_rename_shows_after_config_reload(

@@ -101,7 +101,19 @@ def cmd_install(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(content)
         sys.stdout.flush()
         return EXIT_OK
-    if not load_config(plan.config_path).enabled_clients():
+    config = load_config(plan.config_path)
+    if (
+        args.manager == "systemd"
+        and not os.environ.get("XDG_RUNTIME_DIR")
+        and config.socket == config.memory_dir / "memd.sock"
+    ):
+        print(
+            "memd: warning: XDG_RUNTIME_DIR is unset in this shell, so the CLI looks for "
+            f"the socket at {config.socket}, while the service listens in the user "
+            "manager's $XDG_RUNTIME_DIR/memd/; set `socket` in the config to use one path",
+            file=sys.stderr,
+        )
+    if not config.enabled_clients():
         print(f"memd: warning: no client in {plan.config_path} has memory on", file=sys.stderr)
     for folder in plan.writable:  # the sandbox can only grant folders that exist
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)

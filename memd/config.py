@@ -264,6 +264,14 @@ class _Parser:
         for key in ("max_input_tokens_per_day", "max_input_tokens_per_day_per_client"):
             if getattr(comp, key) < 0:
                 raise self.fail(f"compaction.{key}", "must be 0 (no cap) or a positive integer")
+        if comp.enabled:
+            # Transcripts leave the machine only for an LLM the user named: no default
+            # provider or model may pick one for them.
+            table = data.get("compaction", {})
+            for key in ("llm_provider", "llm_model"):
+                if not table.get(key):
+                    raise self.fail(f"compaction.{key}", "must be set when compaction is "
+                                                         "enabled (transcripts are sent there)")
         return comp
 
     def secret(self, value: str, key: str) -> str:

@@ -267,7 +267,8 @@ def test_llm_failure_keeps_the_transcript_until_a_retry_succeeds(
 def test_disabled_compaction_keeps_sessions_until_asked(
     tmp_path, config_file, daemon_factory, fake
 ) -> None:
-    """Three ended sessions stay in sessions/; compacted together on request, all recallable."""
+    """Three ended sessions stay in sessions/; a request to compact them is refused until
+    compaction is enabled (issue #14), then they are compacted together, all recallable."""
     memd = daemon_factory(config_file(**settings(fake, enabled=False)))
     root = tmp_path / "memory" / CLIENT
     facts = ["FACT-plot42", "FACT-shed9", "FACT-hose3"]
@@ -287,7 +288,14 @@ def test_disabled_compaction_keeps_sessions_until_asked(
             memd,
         )
     assert fake.requests == []
+    with pytest.raises(RemoteError) as refused:
+        memd.call("sessions.recompact", {"client_id": CLIENT})
+    assert refused.value.kind == "compaction_disabled"
+    assert fake.requests == []
 
+    applied = memd.log().count("config.applied")
+    config_file(**settings(fake))
+    wait_for(lambda: memd.log().count("config.applied") > applied, "the reload", memd)
     results = memd.call("sessions.recompact", {"client_id": CLIENT})["results"]
     assert sorted(r["session_id"] for r in results) == sids
     assert {r["result"] for r in results} == {"queued"}

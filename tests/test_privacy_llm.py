@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memd import llm
-from memd.client import RemoteError
+from memd.cli.client import RemoteError
+from memd.compaction import llm
 from memd.config import ConfigError, parse_config
 from tests.support.daemon import REPO
 from tests.support.fake_llm import FakeLLM

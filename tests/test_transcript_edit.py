@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memd import transcript
-from memd.transcript import Part
-from memd.transcript_edit import exchange_spans, first_user_titles, remove_exchanges
+from memd.markdown import Part, exchange_spans, first_user_titles, remove_exchanges, transcript
 
 T = datetime(2026, 11, 30, 2, 41, 7, tzinfo=UTC)
 

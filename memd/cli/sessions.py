@@ -93,6 +93,8 @@ def cmd_recompact(args: argparse.Namespace) -> int:
     else:
         rows = call(args, "sessions.list", {"client_id": args.client})["sessions"]
         targets = [r["session_id"] for r in rows if r["state"] in ("ended", "compacted")]
+        if not targets:  # still ask: the daemon refuses while compaction is disabled
+            call(args, "sessions.recompact", {"client_id": args.client})
     results = []
     with Progress(len(targets), "recompacting", quiet=args.json) as progress:
         for sid in targets:

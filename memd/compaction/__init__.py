@@ -8,7 +8,7 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.compaction.base import base_file
-    from memd.compaction.files import summary_meta
+    from memd.compaction.files import files_lock, restore_files, summary_meta
     from memd.compaction.service import Compactor
     from memd.compaction.store import CompactionStates, Store
 
@@ -17,6 +17,8 @@ __all__ = [
     "Compactor",
     "Store",
     "base_file",
+    "files_lock",
+    "restore_files",
     "summary_meta",
 ]
 
@@ -24,7 +26,7 @@ __getattr__ = public_face(
     __name__,
     {
         "base": ("base_file",),
-        "files": ("summary_meta",),
+        "files": ("files_lock", "restore_files", "summary_meta"),
         "service": ("Compactor",),
         "store": (
             "CompactionStates",

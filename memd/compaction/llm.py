@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 import re
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -124,26 +126,64 @@ async def _call(settings: LLMSettings, prompt: str) -> Answer:
     raise LLMError("setup", f"unknown LLM provider {settings.provider!r}")
 
 
-def _openai_key(settings: LLMSettings) -> str | None:
-    """The configured key; else, for a custom base URL, a placeholder.
+# The official endpoints, named so no SDK ever picks a base URL from its environment.
+OFFICIAL_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+# Every variable an SDK reads when a setting is not passed (keys, base URLs, organisation,
+# custom headers, Vertex AI switches). Hidden while a client is built: see _sdk_env_hidden.
+_SDK_ENV_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
+_ENV_LOCK = threading.Lock()
 
-    A custom endpoint (a local model server) often needs no key, but the SDK refuses to
-    start without one, and falling back to OPENAI_API_KEY would send the user's OpenAI
-    key to that other server. With neither, the SDK reads OPENAI_API_KEY as usual.
+
+@contextlib.contextmanager
+def _sdk_env_hidden() -> Iterator[None]:
+    """Build an SDK client with its environment variables out of sight.
+
+    The SDKs fill every setting that is not passed from the environment: openai reads
+    OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID and
+    OPENAI_CUSTOM_HEADERS, anthropic ANTHROPIC_AUTH_TOKEN and ANTHROPIC_BASE_URL, google-genai
+    GOOGLE_API_KEY and the Vertex AI switches. Passing a value blocks some of these, not
+    all (custom headers and organisation have no "none" value), and a variable set for
+    some other program must never decide where a transcript goes (issue #14). They read
+    the environment only while the client is constructed, so the variables are moved
+    aside for that moment, on the event loop, under a lock, and put back.
     """
+    with _ENV_LOCK:
+        saved = {k: v for k, v in os.environ.items() if k.startswith(_SDK_ENV_PREFIXES)}
+        for key in saved:
+            del os.environ[key]
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
+
+
+def _endpoint(settings: LLMSettings) -> tuple[str, str]:
+    """(base URL, key) from the config alone; an official endpoint needs a configured key.
+
+    A custom base URL (a local model server) often needs no key, but the SDKs refuse to
+    start without one: it gets a placeholder, never the user's key from the environment.
+    """
+    base_url = settings.base_url or OFFICIAL_BASE_URLS.get(settings.provider, "")
     if settings.api_key:
-        return settings.api_key
-    return "memd-no-key" if settings.base_url else None
+        return base_url, settings.api_key
+    if settings.base_url:
+        return base_url, "memd-no-key"
+    raise LLMError("setup", f"compaction.api_key is not set for {settings.provider}'s own "
+                            "endpoint (memd never reads SDK environment variables; write "
+                            'api_key = "env:VAR" in [compaction] to use one)')
 
 
 async def _openai(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_openai`, with a client that is closed after the call."""
     import openai
 
-    # base_url None: the SDK reads OPENAI_BASE_URL, as memsearch lets it.
-    client = openai.AsyncOpenAI(
-        api_key=_openai_key(settings), base_url=settings.base_url or None, timeout=settings.timeout
-    )
+    base_url, key = _endpoint(settings)
+    with _sdk_env_hidden():
+        client = openai.AsyncOpenAI(api_key=key, base_url=base_url, timeout=settings.timeout)
     async with client:
         resp = await client.chat.completions.create(
             model=settings.model, messages=[{"role": "user", "content": prompt}]
@@ -154,6 +194,7 @@ async def _openai(settings: LLMSettings, prompt: str) -> Answer:
 
 async def _anthropic(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_anthropic`, with the key and base URL passed in."""
+    base_url, key = _endpoint(settings)
     try:
         import anthropic
     except ImportError as exc:
@@ -162,11 +203,9 @@ async def _anthropic(settings: LLMSettings, prompt: str) -> Answer:
             "llm_provider anthropic needs the anthropic package "
             "(pip install 'memsearch[anthropic]')",
         ) from exc
-    client = anthropic.AsyncAnthropic(
-        api_key=settings.api_key or None,
-        base_url=settings.base_url or None,
-        timeout=settings.timeout,
-    )
+    with _sdk_env_hidden():
+        client = anthropic.AsyncAnthropic(api_key=key, base_url=base_url,
+                                          timeout=settings.timeout)
     async with client:
         resp = await client.messages.create(
             model=settings.model, max_tokens=4096, messages=[{"role": "user", "content": prompt}]
@@ -179,6 +218,7 @@ async def _anthropic(settings: LLMSettings, prompt: str) -> Answer:
 
 async def _gemini(settings: LLMSettings, prompt: str) -> Answer:
     """memsearch's `_compact_gemini`, with the key and base URL passed in."""
+    base_url, key = _endpoint(settings)
     try:
         from google import genai
         from google.genai import types
@@ -187,10 +227,9 @@ async def _gemini(settings: LLMSettings, prompt: str) -> Answer:
             "setup",
             "llm_provider gemini needs the google-genai package (pip install 'memsearch[google]')",
         ) from exc
-    options = types.HttpOptions(
-        base_url=settings.base_url or None, timeout=int(settings.timeout * 1000)
-    )
-    client = genai.Client(api_key=settings.api_key or None, http_options=options)
+    options = types.HttpOptions(base_url=base_url, timeout=int(settings.timeout * 1000))
+    with _sdk_env_hidden():
+        client = genai.Client(api_key=key, vertexai=False, http_options=options)
     resp = await client.aio.models.generate_content(model=settings.model, contents=prompt)
     return resp.text or "", reported(resp)
 

@@ -43,6 +43,7 @@ from memd.compaction.store import (
 )
 from memd.compaction.usage import Usage, cap_reached, day_of, next_day, summary_of
 from memd.config import CompactionConfig
+from memd.errors import CompactionError
 from memd.layout import ClientLayout
 from memd.markdown import (
     iso,
@@ -128,6 +129,15 @@ class Compactor:
         """A config reload: the next LLM call uses it; enabling lets due work run."""
         self.config = config
         self._wake.set()
+
+    def require_enabled(self) -> None:
+        """Refuse an explicit request to send a transcript to an LLM the config did not name."""
+        if not self.config.enabled:
+            raise CompactionError(
+                "compaction is disabled: no transcript is sent to an LLM until [compaction] "
+                "in memd's config has enabled = true and names llm_provider and llm_model",
+                kind="compaction_disabled",
+            )
 
     def settings(self) -> llm.LLMSettings:
         return llm.LLMSettings.from_config(self.config, self.timeout)
@@ -230,8 +240,10 @@ class Compactor:
         """Summarise again from archive/ one compacted session, or all of them (None).
 
         Runs within the same concurrency bound as compactions; failures are reported per
-        session (and shown as `last_error`), the old summary stays in place.
+        session (and shown as `last_error`), the old summary stays in place. Refused while
+        compaction is disabled.
         """
+        self.require_enabled()
         client = self._client(client_id)
         targets = (
             [session_id] if session_id else await asyncio.to_thread(compacted_ids, client.layout)

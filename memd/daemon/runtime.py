@@ -198,8 +198,10 @@ class Runtime:
     async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]:
         """Summarise again from archive/ (compacted sessions) or compact now (ended ones).
 
-        For one session or all of the client's; active sessions are left alone.
+        For one session or all of the client's; active sessions are left alone. Refused
+        while compaction is disabled: nothing is sent to an LLM the config did not name.
         """
+        self.compactor.require_enabled()
         rows = await self.list_sessions(client_id)
         if session_id is not None:
             rows = [r for r in rows if r["session_id"] == session_id]

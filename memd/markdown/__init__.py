@@ -7,6 +7,14 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
+    from memd.markdown.edit import (
+        Span,
+        exchange_spans,
+        first_user_titles,
+        remove_exchanges,
+        replace_file,
+        retitle,
+    )
     from memd.markdown.lines import read_lines
     from memd.markdown.summary import (
         parse_summary_title,
@@ -20,33 +28,47 @@ if TYPE_CHECKING:
     from memd.markdown.transcript import (
         HEADING_TIME,
         SESSION_ID_RE,
+        ParsedExchange,
         Part,
         clean_text,
+        conversation_title,
         exchange_block,
         fsync_dir,
         heading_time,
         iso,
         label,
         parse_exchange_title,
+        parse_transcript,
         parts_block,
+        read_transcript,
     )
 
 __all__ = [
     "HEADING_TIME",
     "SESSION_ID_RE",
+    "ParsedExchange",
     "Part",
+    "Span",
     "clean_text",
+    "conversation_title",
     "exchange_block",
+    "exchange_spans",
+    "first_user_titles",
     "fsync_dir",
     "heading_time",
     "iso",
     "label",
     "parse_exchange_title",
     "parse_summary_title",
+    "parse_transcript",
     "parts_block",
     "read_front_matter",
     "read_lines",
+    "read_transcript",
+    "remove_exchanges",
     "render_summary",
+    "replace_file",
+    "retitle",
     "shape_body",
     "span_text",
     "split_front_matter",
@@ -56,6 +78,14 @@ __all__ = [
 __getattr__ = public_face(
     __name__,
     {
+        "edit": (
+            "Span",
+            "exchange_spans",
+            "first_user_titles",
+            "remove_exchanges",
+            "replace_file",
+            "retitle",
+        ),
         "lines": ("read_lines",),
         "summary": (
             "parse_summary_title",
@@ -68,16 +98,20 @@ __getattr__ = public_face(
         ),
         "transcript": (
             "HEADING_TIME",
+            "ParsedExchange",
             "Part",
             "SESSION_ID_RE",
             "clean_text",
+            "conversation_title",
             "exchange_block",
             "fsync_dir",
             "heading_time",
             "iso",
             "label",
             "parse_exchange_title",
+            "parse_transcript",
             "parts_block",
+            "read_transcript",
         ),
     },
 )

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from memd.errors import InvalidParams
+from memd.indexing import in_range
 from memd.layout import ClientLayout
-from memd.search import in_range
-from memd.transcript import SESSION_ID_RE, ParsedExchange, Part, read_transcript
+from memd.markdown import SESSION_ID_RE, ParsedExchange, Part, read_transcript
 
 PAGE_SIZE = 200
 MAX_PAGE_SIZE = 1000

@@ -16,11 +16,12 @@ from datetime import datetime
 from pathlib import Path
 
 from memd.errors import InvalidParams, NotFound
+from memd.indexing import in_range
 from memd.layout import ClientLayout
+from memd.markdown import SESSION_ID_RE, Span, exchange_spans
 from memd.privacy.export import session_files
-from memd.search import in_range
-from memd.transcript import SESSION_ID_RE
-from memd.transcript_edit import Key, Span, exchange_spans
+
+Key = tuple[int, int]  # (conversation number, exchange number) within one session file
 
 ExternalIds = Mapping[str, tuple[str, int]]  # MCP conversation id -> (session_id, number)
 

@@ -33,6 +33,7 @@ from memd.layout import ClientLayout
 from memd.markdown import transcript
 from memd.sessions import chat
 from memd.sessions.exchange_keys import KeyRow
+from memd.sessions.titles import Titles
 
 log = structlog.get_logger()
 
@@ -210,6 +211,7 @@ class StateStore:
         self.db: sqlite3.Connection | None = None
         self.reader: StateReader | None = None
         self.files: dict[str, transcript.AppendFile] = {}
+        self.titles = Titles(())
 
     def open(self) -> Loaded:
         self.layout.ensure()
@@ -229,11 +231,15 @@ class StateStore:
         # pages of the random-keyed node index and never help: one client's state costs
         # memd up to 2 MB that way, which showed as slow RSS growth under bench/load.py.
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        # Freed cells are zeroed: a title re-derived after an edit, or a row `memory.forget`
+        # removed, must not linger in a free page (issue #14).
+        db.execute("PRAGMA secure_delete=ON")
         db.executescript(_SCHEMA)
         _migrate(db)
         self.db = db
         loaded = self._load()
         self._recover(loaded, fresh)
+        self.titles = Titles(loaded.convs)  # every file is read again before its next write
         return loaded
 
     def _load(self) -> Loaded:
@@ -314,6 +320,7 @@ class StateStore:
         sizes: list[tuple[int, bytes | None, str]] = [
             (*self._reopen(c.reopen), c.reopen) for c in batch if c.reopen
         ]
+        retitled = self._follow_edits(batch)
         writes: dict[str, tuple[bytes, list[bytes]]] = {}
         for change in batch:
             if change.write:
@@ -324,12 +331,26 @@ class StateStore:
             if f is None:
                 f = self.files[sid] = transcript.AppendFile(self.layout.session_file(sid))
             size, digest = f.append(b"".join(chunks), header)
+            self.titles.seen(sid, self.layout.session_file(sid))
             sizes.append((size, digest, sid))
-        self._commit_state(batch, sizes)
+        self._commit_state(batch, sizes, retitled)
         for change in batch:
             for row in change.session_rows:
                 if row[1] != "active" and row[0] in self.files:
                     self.files.pop(row[0]).close()
+
+    def _follow_edits(self, batch: Sequence[Change]) -> list[tuple[str, int]]:
+        """Titles from the files a person may have edited (memd.sessions.titles), put into
+        this batch's rows and headings; the (title, conversation) updates for the rest."""
+        changed: dict[int, str] = {}
+        for sid in {c.write[0] for c in batch if c.write}:
+            changed.update(self.titles.check(sid, self.layout.session_file(sid)))
+        for change in batch:
+            data = change.write[1] if change.write else None
+            change.conv_rows, data = self.titles.fix(change.conv_rows, data)
+            if change.write and data is not None:
+                change.write = (change.write[0], data, change.write[2])
+        return [(title, key) for key, title in changed.items()]
 
     def _reopen(self, session_id: str) -> tuple[int, bytes | None]:
         """Bring a resumed session's transcript back into sessions/; its size and tail digest.
@@ -341,6 +362,7 @@ class StateStore:
         """
         layout = self.layout
         live = layout.session_file(session_id)
+        self.titles.forget_file(session_id)  # edited while it was ended, maybe
         if not live.exists() and layout.archive_file(session_id).exists():
             transcript.restore(layout, session_id)
             log.info("transcript.restored", client=layout.client_id, session=session_id)
@@ -354,7 +376,10 @@ class StateStore:
         return _measure(live)
 
     def _commit_state(
-        self, batch: Sequence[Change], sizes: list[tuple[int, bytes | None, str]]
+        self,
+        batch: Sequence[Change],
+        sizes: list[tuple[int, bytes | None, str]],
+        retitled: Sequence[tuple[str, int]] = (),
     ) -> None:
         assert self.db is not None
         db = self.db
@@ -370,6 +395,7 @@ class StateStore:
                 db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
                 # plain INSERT: a key is written once; a second one would be a bug
                 db.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
+            db.executemany("UPDATE conversations SET title = ? WHERE conv = ?", retitled)
             # in order: a reopened file's measured size first, then what was appended to it
             db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
             db.execute("COMMIT")

@@ -32,8 +32,9 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from memd.layout import ClientLayout
 from memd.markdown import Part, transcript
 from memd.sessions import chat, exchange_keys
 from memd.sessions.committer import Committer, maybe_await
+from memd.sessions.erase import Erased, erase
 from memd.sessions.exchange_keys import ExchangeKeys, KeyRow, Recorded
 from memd.sessions.store import Change, Hook, StateStore
 from memd.sessions.store import Conv as _Conv
@@ -475,6 +477,35 @@ class ClientSessions:
         """Every session of this client, oldest first (ties in the order they started)."""
         await self._wait_ready()
         return [self._info(s) for s in sorted(self._sessions.values(), key=lambda s: s.started)]
+
+    def conversation_ids(self) -> dict[tuple[str, int], str]:
+        """(session_id, conversation number) -> MCP conversation id, for every mcp one."""
+        return {(c.session_id, c.number): c.external_id for c in self._by_external.values()
+                if c.session_id is not None and c.external_id is not None}
+
+    async def erase(self, cuts: Mapping[str, set[tuple[int, int]]],
+                    files_lock: threading.Lock | None = None) -> Erased:
+        """Cut exchanges out of files and state for `memory.forget` (memd.sessions.erase).
+
+        Record calls wait while it runs (one rewrite per file); whatever was decided before
+        is committed first, and memory is rebuilt from the state afterwards.
+        """
+        return await self._paused(erase, self._disk, cuts, files_lock)
+
+    async def resync(self) -> None:
+        """Read the state again after files moved behind its back (a summary dropped, a
+        transcript brought back from archive/): each session's state follows its file."""
+        await self._paused(None)
+
+    async def _paused(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        await self._wait_ready()
+        self._ready.clear()
+        try:
+            await self._committer.submit(Change(), [])  # barrier: decided means on disk
+            return await self._committer.io(fn, *args) if fn is not None else None
+        finally:
+            await self._committer.io(self._disk.close)
+            await self._reload()
 
     def active_session(self) -> dict[str, Any] | None:
         """The current session (where new conversations go), or None."""

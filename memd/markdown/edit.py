@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from memd.transcript import (
+from memd.markdown.transcript import (
     _CONV_RE,
+    TITLE_SEP,
+    Part,
     _parse_front_matter,
     conversation_title,
     fsync_dir,
+    heading_time,
     parse_exchange_heading,
     parse_transcript,
 )
@@ -124,13 +127,24 @@ def first_user_titles(text: str) -> dict[int, str]:
     titles: dict[int, str] = {}
     for conv in parse_transcript(text).conversations:
         for exchange in conv.exchanges:
-            user = next((p.text for p in exchange.parts if p.label.split(" (")[0] == "User"),
-                        None)
+            user = _first_user_message(exchange.parts)
             if user is not None:
                 titles.setdefault(conv.number, conversation_title(user))
                 break
         titles.setdefault(conv.number, "")
     return titles
+
+
+def _first_user_message(parts: list[Part]) -> str | None:
+    """The text of the first user message: its consecutive `User` parts, joined by spaces
+    (as `sessions.chat.first_user_text` joins a message given as a list of parts)."""
+    texts: list[str] = []
+    for part in parts:
+        if part.label.split(" (")[0] == "User":
+            texts.append(part.text)
+        elif texts:
+            break
+    return " ".join(texts) if texts else None
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -151,3 +165,16 @@ def replace_file(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def retitle(text: str, title: str) -> str:
+    """`text` (freshly rendered exchanges of one conversation) with every exchange heading
+    carrying `title` instead of the one it was rendered with ("" drops the title)."""
+    title = conversation_title(title)
+    lines = text.split("\n")
+    for j, line in enumerate(lines):
+        if line.startswith("## ") and (parsed := parse_exchange_heading(line[3:])):
+            when, number, note, _ = parsed
+            heading = f"{heading_time(when)} · exchange {number}" + (f" · {note}" if note else "")
+            lines[j] = "## " + heading + (TITLE_SEP + title if title else "")
+    return "\n".join(lines)

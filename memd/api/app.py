@@ -6,11 +6,13 @@ pyproject.toml checks that), and tests can hand it any object of this shape.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 from memd.config import Config
 from memd.indexing import IndexSearcher
 from memd.layout import ClientLayout
+from memd.privacy import Selector
 from memd.sessions import ClientSessions
 
 
@@ -36,6 +38,18 @@ class Services(Protocol):
     async def list_sessions(self, client_id: str) -> list[dict[str, Any]]: ...
 
     async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]: ...
+
+    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]: ...
+
+    async def export(
+        self,
+        client_id: str,
+        *,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = ...,
+    ) -> dict[str, Any]: ...
 
 
 class App(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from memd.access import client_rows
+from memd.api import privacy as api_privacy
 from memd.api import recall as api_recall
 from memd.api.app import App
 from memd.rpc import JsonParams, Params, Registry
@@ -80,4 +81,5 @@ def build_registry(app: App) -> Registry:
         return {"results": await app.runtime.recompact(client_id, session_id)}
 
     api_recall.register(registry, app)
+    api_privacy.register(registry, app)
     return registry

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -18,9 +19,11 @@ import structlog
 from memd.access import memory_client
 from memd.compaction import Compactor
 from memd.config import Config
+from memd.daemon.privacy import PrivacyDesk
 from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
+from memd.privacy import PAGE_SIZE, Selector
 from memd.sessions import ClientSessions
 
 log = structlog.get_logger()
@@ -53,6 +56,18 @@ class Runtime:
         self.pipelines = Pipelines()
         self._started = False
         self._errors: dict[str, str] = {}  # enabled clients that could not be opened
+        self.privacy = PrivacyDesk(self)
+
+    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+        """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
+        return await self.privacy.forget(client_id, selector)
+
+    async def export(self, client_id: str, *, after: datetime | None = None,
+                     before: datetime | None = None, cursor: str | None = None,
+                     limit: int = PAGE_SIZE) -> dict[str, Any]:
+        """One page of memory.export (memd.privacy.export)."""
+        return await self.privacy.export(client_id, after=after, before=before, cursor=cursor,
+                                         limit=limit)
 
     def reset(self, client_id: str) -> bool:
         """Take a client's FATAL children out of FATAL and start them again."""

@@ -234,6 +234,36 @@ class Pipelines:
         self._embed = None
         self._endpoint = None
 
+    async def rebuild(self, client_id: str, timeout: float = 120.0) -> bool:
+        """Drop the client's index and build it again from the markdown files.
+
+        For `memory.forget`: Milvus Lite keeps deleted rows in its segment files until a
+        compaction, so the only way to make sure removed text is gone from `.memsearch/`
+        is to drop the data and let the restarted watcher index what is left. Recall
+        answers `index_unavailable` meanwhile; this returns once the new watcher has indexed
+        what is left (or after `timeout`). False when the client has no pipeline.
+        """
+        pipeline = self._pipelines.get(client_id)
+        if pipeline is None:
+            return False
+        await self._stop(client_id)
+        target = settings.index_target(pipeline.config, pipeline.layout)
+        await asyncio.to_thread(maintenance.rebuild, pipeline.layout, target)
+        await self._start(pipeline.config, pipeline.layout)
+        await self._until_ready(client_id, timeout)
+        log.info("pipeline.rebuilt", client=client_id)
+        return True
+
+    async def _until_ready(self, client_id: str, timeout: float) -> None:
+        """Wait (bounded) until the client's children run again: the watcher is ready only
+        after its initial scan, so the index then holds every file again."""
+        pipeline = self._pipelines.get(client_id)
+        deadline = time.monotonic() + timeout
+        while pipeline is not None and time.monotonic() < deadline:
+            if all(self.supervisor.is_ready(name) for name in pipeline.children):
+                return
+            await asyncio.sleep(0.1)
+
     def reset(self, client_id: str) -> bool:
         """Take a client's FATAL children out of FATAL and start them again."""
         pipeline = self._pipelines.get(client_id)

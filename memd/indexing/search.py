@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -253,6 +254,23 @@ class IndexSearcher:
         rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline))
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
+
+    def headings(self, sources: list[str], timeout: float | None = None) -> list[tuple[str, str]]:
+        """(source, heading) of every row of the given source files (for memory.forget)."""
+        if not sources:
+            return []
+        deadline = time.monotonic() + (timeout or self.timeout)
+        expr = f"source in {json.dumps(sources)}"
+
+        def run(client: Any) -> list[tuple[str, str]]:
+            if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
+                return []
+            rows = client.query(self.target.collection, filter=expr,
+                                output_fields=["source", "heading"], limit=16_384,
+                                timeout=_remaining(deadline))
+            return [(r["source"], r["heading"]) for r in rows]
+
+        return self._call(run)
 
     def count(self, timeout: float | None = None) -> int:
         """Rows in the client's collection (0 when it does not exist yet)."""

@@ -1,1 +1,34 @@
 """Privacy controls: forget exchanges for good, export a client's memory, import it back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memd import public_face
+
+if TYPE_CHECKING:
+    from memd.privacy.export import MAX_PAGE_SIZE, PAGE_SIZE, export_page, iter_exchanges
+    from memd.privacy.forgetting import Target, forget
+    from memd.privacy.select import Plan, Selector, make_selector, plan
+
+__all__ = [
+    "MAX_PAGE_SIZE",
+    "PAGE_SIZE",
+    "Plan",
+    "Selector",
+    "Target",
+    "export_page",
+    "forget",
+    "iter_exchanges",
+    "make_selector",
+    "plan",
+]
+
+__getattr__ = public_face(
+    __name__,
+    {
+        "export": ("MAX_PAGE_SIZE", "PAGE_SIZE", "export_page", "iter_exchanges"),
+        "forgetting": ("Target", "forget"),
+        "select": ("Plan", "Selector", "make_selector", "plan"),
+    },
+)

@@ -1,0 +1,68 @@
+"""JSON-RPC methods of privacy: `memory.forget` and `memory.export`.
+
+Both work for a client whose memory is off (its files are still its own); an unknown
+client id, a session or conversation that does not exist, or a second selector are
+errors; a time range or query that matches nothing is an empty result.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from memd import recall as rc
+from memd.api.app import App
+from memd.errors import InvalidParams
+from memd.privacy import MAX_PAGE_SIZE, PAGE_SIZE, make_selector
+from memd.rpc import JsonParams, Params, Registry
+
+
+def register(registry: Registry, app: App) -> None:
+    """Add the privacy methods to the daemon's method table."""
+
+    @registry.method("memory.forget")
+    async def memory_forget(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            session_id = p.optional("session_id", str)
+            conversation_id = p.optional("conversation_id", (str, int))
+            after = p.optional("after", str)
+            before = p.optional("before", str)
+            query = p.optional("query", str)
+            everything = p.optional("all", bool, False)
+        now = datetime.now(UTC)
+        selector = make_selector(
+            session_id=session_id,
+            conversation_id=conversation_id,
+            after=_time(after, "after", now),
+            before=_time(before, "before", now),
+            query=query,
+            all=everything,
+        )
+        return await app.runtime.forget(client_id, selector)
+
+    @registry.method("memory.export")
+    async def memory_export(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            after = p.optional("after", str)
+            before = p.optional("before", str)
+            cursor = p.optional("cursor", str)
+            limit = p.optional("limit", int, PAGE_SIZE)
+        if not 1 <= limit <= MAX_PAGE_SIZE:
+            raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_SIZE}",
+                                data={"param": "limit"})
+        now = datetime.now(UTC)
+        return await app.runtime.export(
+            client_id, after=_time(after, "after", now), before=_time(before, "before", now),
+            cursor=cursor, limit=limit)
+
+
+def _time(value: str | None, param: str, now: datetime) -> datetime | None:
+    """The same forms as recall's `after`/`before`: ISO dates or times, or `30m`/`2d`/`1w`."""
+    if value is None:
+        return None
+    try:
+        return rc.parse_time(value, param, now)
+    except rc.RecallArgumentError as exc:
+        raise InvalidParams(exc.message, data={"param": exc.param}) from None

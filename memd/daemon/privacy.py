@@ -1,0 +1,128 @@
+"""`memory.forget` and `memory.export` wired to the running daemon's services.
+
+A client's memory is still theirs when memory is off for it: a disabled (or no longer
+configured) client whose folder exists is served from its files, with a session store
+opened just for the call while the config cannot change under it. A live client is
+served through its own store, compactor and index pipeline, so recording goes on.
+One forget per client runs at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memd import indexing
+from memd.access import check_client_id
+from memd.errors import UnknownClient
+from memd.layout import ClientLayout
+from memd.privacy import Plan, Selector, Target, export_page, forget
+from memd.recall import recall
+from memd.sessions import ClientSessions
+
+if TYPE_CHECKING:
+    from memd.daemon.runtime import ClientRuntime, Runtime
+
+
+class PrivacyDesk:
+    """Forget and export for every client of one runtime."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+        lock = self._locks.setdefault(client_id, asyncio.Lock())
+        async with lock, self._target(client_id) as target:
+            return await forget(target, selector)
+
+    async def export(self, client_id: str, *, after: datetime | None, before: datetime | None,
+                     cursor: str | None, limit: int) -> dict[str, Any]:
+        async with self._target(client_id) as target:
+            conv_ids = target.sessions.conversation_ids()
+            return await asyncio.to_thread(export_page, target.layout, conv_ids, after=after,
+                                           before=before, cursor=cursor, limit=limit)
+
+    @contextlib.asynccontextmanager
+    async def _target(self, client_id: str) -> AsyncIterator[Target]:
+        check_client_id(client_id)
+        rt = self.runtime
+        live = rt.clients.get(client_id)
+        if live is not None:
+            yield self._live(live)
+            return
+        layout = ClientLayout(rt.config.memory_dir, client_id)
+        if client_id not in rt.config.clients and not layout.root.is_dir():
+            raise UnknownClient(f"unknown client {client_id!r}: no config and no memory folder",
+                                data={"client_id": client_id})
+        async with rt._lock:  # no config apply may open this client meanwhile
+            sessions = await ClientSessions(layout).open()
+            try:
+                yield Target(layout, sessions, reindex=lambda: _wipe_index(rt.config, layout))
+            finally:
+                await sessions.close()
+
+    def _live(self, client: ClientRuntime) -> Target:
+        rt = self.runtime
+        layout = client.layout
+        cid = layout.client_id
+
+        async def search(query: str) -> list[tuple[str, str]]:
+            out = await recall(client.searcher, query, rt.config.search_top_k, None, None,
+                               layout)
+            return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
+
+        async def count_rows(todo: Plan) -> int:
+            return await _count_rows(client, todo)
+
+        async def reindex() -> None:
+            await rt.pipelines.rebuild(cid)
+
+        return Target(layout, client.sessions, rt.compactor,
+                      compaction_enabled=rt.config.compaction.enabled, search=search,
+                      count_rows=count_rows, reindex=reindex)
+
+
+async def _count_rows(client: ClientRuntime, todo: Plan) -> int:
+    """Rows that hold forgotten text: cut exchanges' headings, and summaries that go."""
+    searcher = client.searcher
+    if searcher is None:
+        return 0
+    layout = client.layout
+    sources = {str(layout.session_file(sid)): sid for sid in todo.cuts}
+    sources.update({str(layout.summary_file(sid)): "" for sid in todo.summaries})
+    wanted = await asyncio.to_thread(_cut_headings, layout, todo)
+    try:
+        rows = await asyncio.to_thread(searcher.headings, sorted(sources))
+    except indexing.IndexUnavailableError:
+        return 0
+    return sum(1 for source, heading in rows
+               if not sources[source] or heading in wanted.get(sources[source], ()))
+
+
+def _cut_headings(layout: ClientLayout, todo: Plan) -> dict[str, set[str]]:
+    from memd.markdown import exchange_spans
+
+    out: dict[str, set[str]] = {}
+    for sid, keys in todo.cuts.items():
+        try:
+            lines = layout.session_file(sid).read_text(encoding="utf-8",
+                                                       errors="replace").split("\n")
+        except FileNotFoundError:
+            continue
+        out[sid] = {lines[s.start][3:] for s in exchange_spans("\n".join(lines))
+                    if s.key in keys}
+    return out
+
+
+async def _wipe_index(config: Any, layout: ClientLayout) -> None:
+    """A disabled client has no index server: its index data is dropped, and rebuilt from
+    the markdown files when memory is on again."""
+    target = indexing.index_target(config, layout)
+    if target.local and not Path(layout.memsearch_dir).is_dir():
+        return
+    await asyncio.to_thread(indexing.rebuild, layout, target)

@@ -1,0 +1,206 @@
+"""The `memd forget`, `memd export` and `memd import` commands.
+
+`forget` shows what a recall query would remove and asks before removing it (on a
+terminal; `--yes` skips the question, and is required when stdin is not a terminal).
+`export` streams every exchange page by page, as JSON lines or as markdown, so a whole
+history is never held in memory. `import` reads export's JSON lines back into a client
+through `memory.record_exchange` with each exchange's own timestamp, and an exchange id
+derived from where it came from, so importing the same file twice writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from memd.cli.client import MemdClient, RemoteError
+from memd.config import socket_for
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+TIMES = "ISO date or datetime (UTC unless an offset is given) or relative (30m, 6h, 2d, 1w)"
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `forget`, `export` and `import` to the `memd` subcommands."""
+    forget = sub.add_parser(
+        "forget", parents=[common], help="remove exchanges from a client's memory for good",
+        description="Remove exchanges from transcripts, archive, summaries, state and index "
+        f"(the text is physically gone). Give exactly one selector. Times: {TIMES}.")
+    forget.add_argument("client", help="a client id (memory may be off for it)")
+    forget.add_argument("--session", metavar="ID", help="a whole session")
+    forget.add_argument("--conversation", metavar="ID",
+                        help="an MCP conversation id, or with --session its number")
+    forget.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
+    forget.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
+    forget.add_argument("--query", metavar="TEXT", help="the exchanges recall finds for TEXT")
+    forget.add_argument("--all", action="store_true", help="everything of this client")
+    forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    forget.add_argument("--json", action="store_true", help="print the raw JSON")
+    forget.set_defaults(func=cmd_forget)
+
+    export = sub.add_parser(
+        "export", parents=[common], help="write every exchange of a client to stdout",
+        description=f"Every exchange, archived and active alike, oldest first. Times: {TIMES}.")
+    export.add_argument("client", help="a client id (memory may be off for it)")
+    export.add_argument("--format", choices=["jsonl", "markdown"], default="jsonl")
+    export.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
+    export.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
+    export.set_defaults(func=cmd_export)
+
+    imp = sub.add_parser(
+        "import", parents=[common], help="record exchanges from `memd export` JSON lines",
+        description="Read JSON lines as `memd export` writes them ('-' for stdin) and "
+        "record each exchange into CLIENT with its original time.")
+    imp.add_argument("client", help="a client id with memory enabled")
+    imp.add_argument("file", help="JSON lines file, or - for stdin")
+    imp.add_argument("--json", action="store_true", help="print the raw JSON summary")
+    imp.set_defaults(func=cmd_import)
+
+
+def _client(args: argparse.Namespace, timeout: float | None = 60.0) -> MemdClient:
+    socket, error = socket_for(args.config)
+    if error is not None:
+        print(f"memd: warning: {error}", file=sys.stderr)
+    return MemdClient(socket, timeout=timeout)
+
+
+def forget_params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {"client_id": args.client}
+    conversation: str | int | None = args.conversation
+    if conversation is not None and args.session and conversation.isdigit():
+        conversation = int(conversation)
+    for key, value in (("session_id", args.session), ("conversation_id", conversation),
+                       ("after", args.after), ("before", args.before), ("query", args.query)):
+        if value is not None:
+            params[key] = value
+    if args.all:
+        params["all"] = True
+    return params
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    params = forget_params(args)
+    with _client(args, timeout=None) as client:
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("memd: forget removes memory for good; pass --yes to confirm",
+                      file=sys.stderr)
+                return EXIT_USAGE
+            if args.query is not None:
+                shown = client.call("memory.recall", {"client_id": args.client,
+                                                      "query": args.query})
+                if not shown["results"]:
+                    print("nothing found for that query")
+                    return EXIT_OK
+                print(shown["text"])
+            answer = input(f"Forget {_what(args)} of {args.client} for good? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing forgotten")
+                return EXIT_OK
+        result = client.call("memory.forget", params)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        r = result["removed"]
+        print(f"forgot {r['exchanges']} exchange(s): {r['files']} file(s) changed, "
+              f"{r['index_rows']} index row(s) dropped")
+    return EXIT_OK
+
+
+def _what(args: argparse.Namespace) -> str:
+    if args.all:
+        return "ALL memory"
+    if args.query is not None:
+        return "the exchanges shown above"
+    if args.conversation is not None:
+        return f"conversation {args.conversation}"
+    if args.session is not None:
+        return f"session {args.session}"
+    return "the exchanges " + " ".join(
+        s for s in (f"from {args.after}" if args.after else "",
+                    f"before {args.before}" if args.before else "") if s)
+
+
+def pages(client: MemdClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every exchange memory.export returns, one page in memory at a time."""
+    cursor: str | None = None
+    while True:
+        page = client.call("memory.export", {**params, **({"cursor": cursor} if cursor else {})})
+        yield from page["exchanges"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    params: dict[str, Any] = {"client_id": args.client}
+    for key in ("after", "before"):
+        if getattr(args, key) is not None:
+            params[key] = getattr(args, key)
+    session = None
+    with _client(args) as client:
+        for record in pages(client, params):
+            if args.format == "jsonl":
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                continue
+            if record["session_id"] != session:
+                session = record["session_id"]
+                out.write(f"# Session {session}\n\n")
+            out.write(_markdown(record))
+    return EXIT_OK
+
+
+def _markdown(record: dict[str, Any]) -> str:
+    head = f"## {record['time']} · conversation {record['conversation']}"
+    if record.get("conversation_id"):
+        head += f" ({record['conversation_id']})"
+    body = "".join(f"**{p['label']}:** {p['text']}\n\n" for p in record["parts"])
+    return f"{head} · exchange {record['exchange']}\n\n{body}"
+
+
+def import_call(record: dict[str, Any], client_id: str) -> dict[str, Any]:
+    """memory.record_exchange params for one exported exchange."""
+    source = f"{record['session_id']}#{record['conversation']}"
+    conversation = record.get("conversation_id") or f"import:{source}"
+    return {"client_id": client_id, "conversation_id": conversation,
+            "user": record["user"], "assistant": record["assistant"],
+            "timestamp": record["time"],
+            "exchange_id": f"import:{source}#{record['exchange']}"}
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    imported = skipped = failed = 0
+    try:
+        with _client(args) as client:
+            for n, line in enumerate(src, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    reply = client.call("memory.record_exchange", import_call(record, args.client))
+                except (ValueError, KeyError, TypeError) as exc:
+                    print(f"memd: line {n}: not an exported exchange ({exc})", file=sys.stderr)
+                    failed += 1
+                    continue
+                except RemoteError as exc:
+                    if exc.kind in ("unknown_client", "memory_disabled", "unsupported_mode"):
+                        raise
+                    print(f"memd: line {n}: {exc}", file=sys.stderr)
+                    failed += 1
+                    continue
+                if reply.get("duplicate"):
+                    skipped += 1
+                else:
+                    imported += 1
+    finally:
+        if src is not sys.stdin:
+            src.close()
+    summary = {"imported": imported, "already_there": skipped, "failed": failed}
+    print(json.dumps(summary) if args.json else
+          f"imported {imported} exchange(s), {skipped} already there, {failed} failed")
+    return EXIT_ERROR if failed else EXIT_OK

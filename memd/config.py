@@ -33,6 +33,8 @@ EMBEDDING_PROVIDERS = (
     "local",
     "onnx",
 )
+# Providers whose SDK needs a key (openai only at its own endpoint).
+KEYED_EMBEDDING_PROVIDERS = ("openai", "google", "voyage", "jina", "mistral")
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 DEFAULT_MEMORY_DIR = "~/.localrouter/memory"
@@ -254,6 +256,17 @@ class _Parser:
         if emb.provider not in EMBEDDING_PROVIDERS:
             allowed = ", ".join(EMBEDDING_PROVIDERS)
             raise self.fail("embedding.provider", f"must be one of {allowed}")
+        if (
+            emb.provider in KEYED_EMBEDDING_PROVIDERS
+            and not emb.api_key
+            and not (emb.provider == "openai" and emb.base_url)
+        ):
+            # An SDK would take its key from the environment and send every chunk there.
+            raise self.fail(
+                "embedding.api_key",
+                f"must be set for provider {emb.provider} "
+                '(memd never reads SDK variables; write api_key = "env:VAR")',
+            )
         return emb
 
     def compaction(self, data: Mapping[str, Any]) -> CompactionConfig:
@@ -270,8 +283,10 @@ class _Parser:
             table = data.get("compaction", {})
             for key in ("llm_provider", "llm_model"):
                 if not table.get(key):
-                    raise self.fail(f"compaction.{key}", "must be set when compaction is "
-                                                         "enabled (transcripts are sent there)")
+                    raise self.fail(
+                        f"compaction.{key}",
+                        "must be set when compaction is enabled (transcripts are sent there)",
+                    )
         return comp
 
     def secret(self, value: str, key: str) -> str:

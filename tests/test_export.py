@@ -28,8 +28,12 @@ pytestmark = pytest.mark.slow
 SRC, DST = "laptop", "newbox"
 EXCHANGES = [
     ("plan", "Where is the spare key?", "Under the blue pot.", "2026-10-01T08:00:00Z"),
-    ("plan", "# Not a heading\n**User:** not a marker", "Multi\nline ✓ Zürich 東京",
-     "2026-10-01T08:05:30Z"),
+    (
+        "plan",
+        "# Not a heading\n**User:** not a marker",
+        "Multi\nline ✓ Zürich 東京",
+        "2026-10-01T08:05:30Z",
+    ),
     ("trip", "Train at 7?", "Yes, platform 4.", "2026-10-02T09:00:00Z"),
 ]
 LATER = [("later", "What is FACT-lentil?", "A legume.", "2026-11-20T10:00:00Z")]
@@ -42,24 +46,44 @@ def fake() -> Iterator[FakeLLM]:
 
 
 def settings(tmp: Path, fake: FakeLLM, **clients: Any) -> dict[str, Any]:
-    return {"memory_dir": str(tmp / "memory"), "socket": str(tmp / "run" / "memd.sock"),
-            "compaction": {"enabled": True, "llm_provider": "openai", "llm_model": "fake",
-                           "base_url": fake.base_url},
-            "clients": clients}
+    return {
+        "memory_dir": str(tmp / "memory"),
+        "socket": str(tmp / "run" / "memd.sock"),
+        "compaction": {
+            "enabled": True,
+            "llm_provider": "openai",
+            "llm_model": "fake",
+            "base_url": fake.base_url,
+        },
+        "clients": clients,
+    }
 
 
 def cli(config: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
-                          capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                          input=stdin, env={**os.environ, "HOME": str(config.parent / "home")})
+    return subprocess.run(
+        [sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        input=stdin,
+        env={**os.environ, "HOME": str(config.parent / "home")},
+    )
 
 
 def record(memd: DaemonProcess, client: str, rows: list[tuple[str, str, str, str]]) -> str:
     sid = ""
     for conv, user, assistant, when in rows:
-        sid = memd.call("memory.record_exchange", {
-            "client_id": client, "conversation_id": conv, "user": user,
-            "assistant": assistant, "timestamp": when})["session_id"]
+        sid = memd.call(
+            "memory.record_exchange",
+            {
+                "client_id": client,
+                "conversation_id": conv,
+                "user": user,
+                "assistant": assistant,
+                "timestamp": when,
+            },
+        )["session_id"]
     return sid
 
 
@@ -68,7 +92,8 @@ def essence(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 def test_export_then_import_into_a_fresh_client_reproduces_every_exchange(
-        tmp_path: Path, daemon_factory, fake: FakeLLM) -> None:
+    tmp_path: Path, daemon_factory, fake: FakeLLM
+) -> None:
     on = {"memory_enabled": True, "mode": "both"}
     config = write_config(tmp_path / "config.toml", settings(tmp_path, fake, **{SRC: on, DST: on}))
     memd = daemon_factory(config)
@@ -81,15 +106,22 @@ def test_export_then_import_into_a_fresh_client_reproduces_every_exchange(
         time.sleep(0.1)
     record(memd, SRC, LATER)
     chat = [{"role": "user", "content": "Chat question?"}]
-    memd.call("memory.record_chat", {"client_id": SRC, "messages": chat,
-                                     "response": {"role": "assistant", "content": "Chat answer."},
-                                     "timestamp": "2026-11-21T10:00:00Z"})
+    memd.call(
+        "memory.record_chat",
+        {
+            "client_id": SRC,
+            "messages": chat,
+            "response": {"role": "assistant", "content": "Chat answer."},
+            "timestamp": "2026-11-21T10:00:00Z",
+        },
+    )
 
     out = cli(config, "export", SRC)
     assert out.returncode == 0, out.stderr
     exported = [json.loads(line) for line in out.stdout.splitlines()]
     expected = [(w, u, a) for _, u, a, w in EXCHANGES + LATER] + [
-        ("2026-11-21T10:00:00Z", "Chat question?", "Chat answer.")]
+        ("2026-11-21T10:00:00Z", "Chat question?", "Chat answer.")
+    ]
     assert essence(exported) == sorted(expected)
     by_user = {r["user"]: r for r in exported}
     assert by_user["Where is the spare key?"]["conversation_id"] == "plan"
@@ -99,8 +131,10 @@ def test_export_then_import_into_a_fresh_client_reproduces_every_exchange(
     paged: list[dict[str, Any]] = []
     cursor = None
     while True:
-        page = memd.call("memory.export", {"client_id": SRC, "limit": 2,
-                                           **({"cursor": cursor} if cursor else {})})
+        page = memd.call(
+            "memory.export",
+            {"client_id": SRC, "limit": 2, **({"cursor": cursor} if cursor else {})},
+        )
         assert len(page["exchanges"]) <= 2
         paged += page["exchanges"]
         cursor = page["next_cursor"]
@@ -124,8 +158,9 @@ def test_export_then_import_into_a_fresh_client_reproduces_every_exchange(
     assert "**User:** Where is the spare key?" in markdown.stdout
 
 
-def test_export_bad_input_and_a_disabled_client(tmp_path: Path, daemon_factory,
-                                                fake: FakeLLM) -> None:
+def test_export_bad_input_and_a_disabled_client(
+    tmp_path: Path, daemon_factory, fake: FakeLLM
+) -> None:
     on = {"memory_enabled": True, "mode": "mcp_via_llm"}
     config = write_config(tmp_path / "config.toml", settings(tmp_path, fake, **{SRC: on}))
     memd = daemon_factory(config)
@@ -137,7 +172,9 @@ def test_export_bad_input_and_a_disabled_client(tmp_path: Path, daemon_factory,
         memd.call("memory.export", {"client_id": "nobody"})
     assert err.value.kind == "unknown_client"
     assert memd.call("memory.export", {"client_id": SRC, "after": "2030-01-01"}) == {
-        "exchanges": [], "next_cursor": None}
+        "exchanges": [],
+        "next_cursor": None,
+    }
 
     applied = memd.log().count("config.applied")
     write_config(config, settings(tmp_path, fake, **{SRC: {**on, "memory_enabled": False}}))

@@ -10,6 +10,10 @@ holds one, while every other exchange is still recallable. Recording goes on mea
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,8 +46,12 @@ def fake() -> Iterator[FakeLLM]:
 
 def settings(fake: FakeLLM) -> dict[str, Any]:
     return {
-        "compaction": {"enabled": True, "llm_provider": "openai", "llm_model": "fake",
-                       "base_url": fake.base_url},
+        "compaction": {
+            "enabled": True,
+            "llm_provider": "openai",
+            "llm_model": "fake",
+            "base_url": fake.base_url,
+        },
         "clients": {CLIENT: {"memory_enabled": True, "mode": "mcp_via_llm"}},
     }
 
@@ -60,10 +68,16 @@ def wait_for(predicate: Callable[[], Any], what: str, memd: DaemonProcess) -> An
 
 
 def record(memd: DaemonProcess, conv: str, fact: str, when: str) -> dict[str, Any]:
-    return memd.call("memory.record_exchange", {
-        "client_id": CLIENT, "conversation_id": conv, "timestamp": when,
-        "user": f"Please remember {fact} for the allotment.",
-        "assistant": f"Noted: {fact}."})
+    return memd.call(
+        "memory.record_exchange",
+        {
+            "client_id": CLIENT,
+            "conversation_id": conv,
+            "timestamp": when,
+            "user": f"Please remember {fact} for the allotment.",
+            "assistant": f"Noted: {fact}.",
+        },
+    )
 
 
 def recall_text(memd: DaemonProcess, query: str) -> str | None:
@@ -91,15 +105,22 @@ def traces(root: Path, needles: tuple[str, ...]) -> list[str]:
 
 
 def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
-        tmp_path: Path, config_file, daemon_factory, fake: FakeLLM) -> None:
+    tmp_path: Path, config_file, daemon_factory, fake: FakeLLM
+) -> None:
     memd = daemon_factory(config_file(**settings(fake)))
     root = tmp_path / "memory" / CLIENT
     first = record(memd, "alpha", ALPHA_KEEP, "2026-10-01T10:00:00Z")["session_id"]
     record(memd, "beta", BETA_GONE[0], "2026-10-01T11:00:00Z")
     record(memd, "beta", BETA_GONE[1], "2026-10-01T11:05:00Z")
     memd.call("sessions.close", {"client_id": CLIENT})
-    wait_for(lambda: (root / "sessions" / f"{first}-summary.md").exists()
-             and not (root / "sessions" / f"{first}.md").exists(), "the compaction", memd)
+    wait_for(
+        lambda: (
+            (root / "sessions" / f"{first}-summary.md").exists()
+            and not (root / "sessions" / f"{first}.md").exists()
+        ),
+        "the compaction",
+        memd,
+    )
     assert BETA_GONE[0] in (root / "sessions" / f"{first}-summary.md").read_text()
 
     second = record(memd, "gamma", GAMMA_KEEP[0], "2026-11-01T10:00:00Z")["session_id"]
@@ -124,8 +145,9 @@ def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
     writer.start()
     try:
         by_conv = memd.call("memory.forget", {"client_id": CLIENT, "conversation_id": "beta"})
-        by_time = memd.call("memory.forget", {"client_id": CLIENT,
-                                              "after": "2026-11-10", "before": "2026-11-20"})
+        by_time = memd.call(
+            "memory.forget", {"client_id": CLIENT, "after": "2026-11-10", "before": "2026-11-20"}
+        )
     finally:
         stop.set()
         writer.join(60)
@@ -146,12 +168,15 @@ def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
     assert not any(f in memd.log() for f in GONE), "memd's log holds message text"
     live = (root / "sessions" / f"{second}.md").read_text()
     assert all(f in live for f in recorded)  # nothing recorded meanwhile was lost
-    assert "exchange 3" in live and "exchange 2" not in live.split("delta")[0].split(
-        "# Conversation 1")[-1]  # numbering left as it was
+    assert (
+        "exchange 3" in live
+        and "exchange 2" not in live.split("delta")[0].split("# Conversation 1")[-1]
+    )  # numbering left as it was
 
 
-def test_bad_selectors_and_empty_matches(tmp_path: Path, config_file, daemon_factory,
-                                         fake: FakeLLM) -> None:
+def test_bad_selectors_and_empty_matches(
+    tmp_path: Path, config_file, daemon_factory, fake: FakeLLM
+) -> None:
     memd = daemon_factory(config_file(**settings(fake)))
     sid = record(memd, "alpha", ALPHA_KEEP, "2026-10-01T10:00:00Z")["session_id"]
 
@@ -173,3 +198,34 @@ def test_bad_selectors_and_empty_matches(tmp_path: Path, config_file, daemon_fac
         memd.call("memory.forget", {"client_id": "../x", "all": True})
     assert err.value.kind in ("invalid_id", "invalid_params")
     assert (tmp_path / "memory" / CLIENT / "sessions" / f"{sid}.md").exists()
+
+    # the command: no --yes and no terminal to ask on is refused; --yes forgets
+    config = memd.config_path
+    cmd = [sys.executable, "-m", "memd.cli", "forget", CLIENT, "--config", str(config)]
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    refused = subprocess.run(
+        [*cmd, "--all"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = subprocess.run(
+        [*cmd, "--conversation", "alpha", "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["removed"]["exchanges"] == 1
+    missing = subprocess.run(
+        [*cmd, "--conversation", "alpha", "--yes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert missing.returncode == 1 and "no conversation" in missing.stderr

@@ -259,6 +259,26 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
             "before": times,
         },
     ),
+    "memory.forget": (
+        {"client_id": good_clients},
+        {
+            "session_id": ids,
+            "conversation_id": st.one_of(ids, st.integers(-3, 10)),
+            "after": times,
+            "before": times,
+            "query": texts,
+            "all": st.sampled_from([False, "true", 1]),  # never a real erase-all
+        },
+    ),
+    "memory.export": (
+        {"client_id": good_clients},
+        {
+            "after": times,
+            "before": times,
+            "cursor": ids,
+            "limit": st.one_of(st.integers(-5, 5000), st.just("5")),
+        },
+    ),
     "memory.tools": ({"client_id": good_clients}, {}),
     "memory.call_tool": (
         {

@@ -170,10 +170,15 @@ def test_other_providers_stay_configurable(tmp_path: Path) -> None:
     assert cmd.argv[cmd.argv.index("--model") + 1] == "voyage-3-lite"
     assert cmd.env["VOYAGE_API_KEY"] == "pa-1"
 
-    default_openai = make_config(tmp_path, embedding=EmbeddingConfig(provider="openai"))
+    default_openai = make_config(
+        tmp_path, embedding=EmbeddingConfig(provider="openai", api_key="sk-configured")
+    )
     cmd = indexing.watcher_command(default_openai, layout)
     assert cmd.argv[cmd.argv.index("--base-url") + 1] == "https://api.openai.com/v1"
-    assert cmd.env["OPENAI_API_KEY"] == "sk-users-own"  # the daemon's own key is used
+    assert cmd.env["OPENAI_API_KEY"] == "sk-configured"  # never the user's own variable
+    assert "OLLAMA_HOST" not in cmd.env and not any(
+        k.startswith(("OPENAI_B", "GOOGLE_", "GEMINI_")) for k in cmd.env
+    )
 
     with pytest.raises(ValueError):
         indexing.watcher_command(make_config(tmp_path), layout)  # embedded model, no endpoint

@@ -36,19 +36,28 @@ def fake() -> Iterator[FakeLLM]:
 def sdk_env(fake: FakeLLM) -> dict[str, str]:
     """Every SDK variable a provider might fall back to, aimed at the fake server."""
     return {
-        "OPENAI_API_KEY": "sk-from-the-environment", "OPENAI_BASE_URL": fake.base_url,
-        "ANTHROPIC_API_KEY": "sk-ant-env", "ANTHROPIC_AUTH_TOKEN": "tok-env",
-        "ANTHROPIC_BASE_URL": fake.root_url, "GEMINI_API_KEY": "gem-env",
-        "GOOGLE_API_KEY": "goog-env", "GOOGLE_GEMINI_BASE_URL": fake.root_url,
+        "OPENAI_API_KEY": "sk-from-the-environment",
+        "OPENAI_BASE_URL": fake.base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-env",
+        "ANTHROPIC_AUTH_TOKEN": "tok-env",
+        "ANTHROPIC_BASE_URL": fake.root_url,
+        "GEMINI_API_KEY": "gem-env",
+        "GOOGLE_API_KEY": "goog-env",
+        "GOOGLE_GEMINI_BASE_URL": fake.root_url,
     }
 
 
 def memd_cli(config: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     import os
 
-    return subprocess.run([sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
-                          capture_output=True, text=True, timeout=60, cwd=str(REPO),
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        env={**os.environ, **env},
+    )
 
 
 def settle(fake: FakeLLM, seconds: float = 3.0) -> None:
@@ -59,12 +68,20 @@ def settle(fake: FakeLLM, seconds: float = 3.0) -> None:
 
 
 def test_recompact_with_compaction_disabled_is_refused_and_sends_nothing(
-        tmp_path: Path, config_file, daemon_factory, fake: FakeLLM) -> None:
+    tmp_path: Path, config_file, daemon_factory, fake: FakeLLM
+) -> None:
     env = sdk_env(fake)
     config = config_file(clients={CLIENT: {"memory_enabled": True, "mode": "both"}})
     memd = daemon_factory(config, env=env)
-    memd.call("memory.record_exchange", {"client_id": CLIENT, "conversation_id": "c1",
-                                         "user": f"My PIN is {SECRET}", "assistant": "noted"})
+    memd.call(
+        "memory.record_exchange",
+        {
+            "client_id": CLIENT,
+            "conversation_id": "c1",
+            "user": f"My PIN is {SECRET}",
+            "assistant": "noted",
+        },
+    )
     ended = memd.call("sessions.close", {"client_id": CLIENT})["sessions"]
     sid = ended[0]["session_id"]
 
@@ -95,8 +112,9 @@ def test_enabled_compaction_must_name_provider_and_model() -> None:
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_llm_call_never_reads_sdk_environment(provider: str, fake: FakeLLM,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_llm_call_never_reads_sdk_environment(
+    provider: str, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No key and no base URL in the config: the call fails at once, nothing is sent."""
     if provider == "anthropic":
         pytest.importorskip("anthropic")
@@ -112,7 +130,8 @@ def test_llm_call_never_reads_sdk_environment(provider: str, fake: FakeLLM,
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_configured_base_url_gets_the_configured_key_only(
-        provider: str, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider: str, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if provider == "anthropic":
         pytest.importorskip("anthropic")
     for name, value in sdk_env(fake).items():
@@ -124,8 +143,7 @@ def test_configured_base_url_gets_the_configured_key_only(
     assert "env" not in req.authorization and "environment" not in req.authorization
 
 
-def test_gemini_never_reads_sdk_environment(fake: FakeLLM,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gemini_never_reads_sdk_environment(fake: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("google.genai")
     for name, value in sdk_env(fake).items():
         monkeypatch.setenv(name, value)
@@ -134,3 +152,15 @@ def test_gemini_never_reads_sdk_environment(fake: FakeLLM,
         asyncio.run(llm.complete(settings, f"summarise: {SECRET}"))
     assert err.value.reason == "setup"
     assert fake.requests == []
+
+
+def test_keyed_embedding_provider_needs_a_configured_key() -> None:
+    """Every chunk would go to the provider with whatever key the environment holds."""
+    with pytest.raises(ConfigError, match=r"embedding\.api_key"):
+        parse_config({"embedding": {"provider": "voyage"}})
+    with pytest.raises(ConfigError, match=r"embedding\.api_key"):
+        parse_config({"embedding": {"provider": "openai"}})
+    # a local OpenAI-compatible server needs none; neither do the offline providers
+    parse_config({"embedding": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1"}})
+    parse_config({"embedding": {"provider": "onnx"}})
+    parse_config({})

@@ -84,8 +84,10 @@ def test_chat_title_follows_an_edit_made_while_memd_was_stopped(tmp_path: Path) 
 
     async def continue_it(path: Path) -> None:
         async with open_sessions(tmp_path, clock) as cs:
-            out = await cs.record_chat([first, reply, {"role": "user", "content": "And?"}],
-                                       {"role": "assistant", "content": "Done."})
+            out = await cs.record_chat(
+                [first, reply, {"role": "user", "content": "And?"}],
+                {"role": "assistant", "content": "Done."},
+            )
             assert out["match"] == "continuation"
             assert Path(out["path"]) == path
 
@@ -124,7 +126,7 @@ def test_a_removed_first_exchange_takes_its_title_along(tmp_path: Path) -> None:
             clock.advance(1)
             await cs.record_exchange("c1", "Third question", "ok")
             text = path.read_text()
-            assert SECRET not in text[text.rindex("## "):]  # the new exchange's heading
+            assert SECRET not in text[text.rindex("## ") :]  # the new exchange's heading
             assert titles(path)[-1] == "Second question"
 
     run(main)

@@ -44,8 +44,9 @@ def note(marker: str) -> str:
 def contents(index: ClientIndex, name: str) -> str:
     """All indexed text of sessions/<name> (headings and content)."""
     source = str(index.layout.sessions / name)
-    return "\n".join(f"{r['heading']}\n{r['content']}" for r in index.rows()
-                     if r["source"] == source)
+    return "\n".join(
+        f"{r['heading']}\n{r['content']}" for r in index.rows() if r["source"] == source
+    )
 
 
 def wait_text(index: ClientIndex, name: str, present: str | None, absent: str | None) -> None:

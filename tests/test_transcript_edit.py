@@ -14,14 +14,17 @@ def sample() -> str:
     out += transcript.conversation_header(1, T)
     out += transcript.parts_block([Part("System", "be brief\n# not a header")])
     for n, q in ((1, "first q"), (2, "## tricky\n# Conversation 9 (x)")):
-        out += transcript.exchange_block(n, T, [Part("User", q), Part("Assistant", f"a{n}")],
-                                         title="first q")
+        out += transcript.exchange_block(
+            n, T, [Part("User", q), Part("Assistant", f"a{n}")], title="first q"
+        )
     out += transcript.conversation_header(2, T)
-    out += transcript.exchange_block(1, T, [Part("User", "other"), Part("Assistant", "x")],
-                                     title="other")
+    out += transcript.exchange_block(
+        1, T, [Part("User", "other"), Part("Assistant", "x")], title="other"
+    )
     out += transcript.conversation_header(1, T, "continued")
-    out += transcript.exchange_block(3, T, [Part("User", "third"), Part("Assistant", "a3")],
-                                     title="first q")
+    out += transcript.exchange_block(
+        3, T, [Part("User", "third"), Part("Assistant", "a3")], title="first q"
+    )
     return out
 
 

@@ -50,12 +50,17 @@ def register(registry: Registry, app: App) -> None:
             cursor = p.optional("cursor", str)
             limit = p.optional("limit", int, PAGE_SIZE)
         if not 1 <= limit <= MAX_PAGE_SIZE:
-            raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_SIZE}",
-                                data={"param": "limit"})
+            raise InvalidParams(
+                f"limit must be between 1 and {MAX_PAGE_SIZE}", data={"param": "limit"}
+            )
         now = datetime.now(UTC)
         return await app.runtime.export(
-            client_id, after=_time(after, "after", now), before=_time(before, "before", now),
-            cursor=cursor, limit=limit)
+            client_id,
+            after=_time(after, "after", now),
+            before=_time(before, "before", now),
+            cursor=cursor,
+            limit=limit,
+        )
 
 
 def _time(value: str | None, param: str, now: datetime) -> datetime | None:

@@ -26,13 +26,17 @@ TIMES = "ISO date or datetime (UTC unless an offset is given) or relative (30m, 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `forget`, `export` and `import` to the `memd` subcommands."""
     forget = sub.add_parser(
-        "forget", parents=[common], help="remove exchanges from a client's memory for good",
+        "forget",
+        parents=[common],
+        help="remove exchanges from a client's memory for good",
         description="Remove exchanges from transcripts, archive, summaries, state and index "
-        f"(the text is physically gone). Give exactly one selector. Times: {TIMES}.")
+        f"(the text is physically gone). Give exactly one selector. Times: {TIMES}.",
+    )
     forget.add_argument("client", help="a client id (memory may be off for it)")
     forget.add_argument("--session", metavar="ID", help="a whole session")
-    forget.add_argument("--conversation", metavar="ID",
-                        help="an MCP conversation id, or with --session its number")
+    forget.add_argument(
+        "--conversation", metavar="ID", help="an MCP conversation id, or with --session its number"
+    )
     forget.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
     forget.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
     forget.add_argument("--query", metavar="TEXT", help="the exchanges recall finds for TEXT")
@@ -42,8 +46,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     forget.set_defaults(func=cmd_forget)
 
     export = sub.add_parser(
-        "export", parents=[common], help="write every exchange of a client to stdout",
-        description=f"Every exchange, archived and active alike, oldest first. Times: {TIMES}.")
+        "export",
+        parents=[common],
+        help="write every exchange of a client to stdout",
+        description=f"Every exchange, archived and active alike, oldest first. Times: {TIMES}.",
+    )
     export.add_argument("client", help="a client id (memory may be off for it)")
     export.add_argument("--format", choices=["jsonl", "markdown"], default="jsonl")
     export.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
@@ -51,9 +58,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     export.set_defaults(func=cmd_export)
 
     imp = sub.add_parser(
-        "import", parents=[common], help="record exchanges from `memd export` JSON lines",
+        "import",
+        parents=[common],
+        help="record exchanges from `memd export` JSON lines",
         description="Read JSON lines as `memd export` writes them ('-' for stdin) and "
-        "record each exchange into CLIENT with its original time.")
+        "record each exchange into CLIENT with its original time.",
+    )
     imp.add_argument("client", help="a client id with memory enabled")
     imp.add_argument("file", help="JSON lines file, or - for stdin")
     imp.add_argument("--json", action="store_true", help="print the raw JSON summary")
@@ -72,8 +82,13 @@ def forget_params(args: argparse.Namespace) -> dict[str, Any]:
     conversation: str | int | None = args.conversation
     if conversation is not None and args.session and conversation.isdigit():
         conversation = int(conversation)
-    for key, value in (("session_id", args.session), ("conversation_id", conversation),
-                       ("after", args.after), ("before", args.before), ("query", args.query)):
+    for key, value in (
+        ("session_id", args.session),
+        ("conversation_id", conversation),
+        ("after", args.after),
+        ("before", args.before),
+        ("query", args.query),
+    ):
         if value is not None:
             params[key] = value
     if args.all:
@@ -86,12 +101,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
     with _client(args, timeout=None) as client:
         if not args.yes:
             if not sys.stdin.isatty():
-                print("memd: forget removes memory for good; pass --yes to confirm",
-                      file=sys.stderr)
+                print(
+                    "memd: forget removes memory for good; pass --yes to confirm", file=sys.stderr
+                )
                 return EXIT_USAGE
             if args.query is not None:
-                shown = client.call("memory.recall", {"client_id": args.client,
-                                                      "query": args.query})
+                shown = client.call(
+                    "memory.recall", {"client_id": args.client, "query": args.query}
+                )
                 if not shown["results"]:
                     print("nothing found for that query")
                     return EXIT_OK
@@ -105,8 +122,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         r = result["removed"]
-        print(f"forgot {r['exchanges']} exchange(s): {r['files']} file(s) changed, "
-              f"{r['index_rows']} index row(s) dropped")
+        print(
+            f"forgot {r['exchanges']} exchange(s): {r['files']} file(s) changed, "
+            f"{r['index_rows']} index row(s) dropped"
+        )
     return EXIT_OK
 
 
@@ -120,8 +139,13 @@ def _what(args: argparse.Namespace) -> str:
     if args.session is not None:
         return f"session {args.session}"
     return "the exchanges " + " ".join(
-        s for s in (f"from {args.after}" if args.after else "",
-                    f"before {args.before}" if args.before else "") if s)
+        s
+        for s in (
+            f"from {args.after}" if args.after else "",
+            f"before {args.before}" if args.before else "",
+        )
+        if s
+    )
 
 
 def pages(client: MemdClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -166,10 +190,14 @@ def import_call(record: dict[str, Any], client_id: str) -> dict[str, Any]:
     """memory.record_exchange params for one exported exchange."""
     source = f"{record['session_id']}#{record['conversation']}"
     conversation = record.get("conversation_id") or f"import:{source}"
-    return {"client_id": client_id, "conversation_id": conversation,
-            "user": record["user"], "assistant": record["assistant"],
-            "timestamp": record["time"],
-            "exchange_id": f"import:{source}#{record['exchange']}"}
+    return {
+        "client_id": client_id,
+        "conversation_id": conversation,
+        "user": record["user"],
+        "assistant": record["assistant"],
+        "timestamp": record["time"],
+        "exchange_id": f"import:{source}#{record['exchange']}",
+    }
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -201,6 +229,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         if src is not sys.stdin:
             src.close()
     summary = {"imported": imported, "already_there": skipped, "failed": failed}
-    print(json.dumps(summary) if args.json else
-          f"imported {imported} exchange(s), {skipped} already there, {failed} failed")
+    print(
+        json.dumps(summary)
+        if args.json
+        else f"imported {imported} exchange(s), {skipped} already there, {failed} failed"
+    )
     return EXIT_ERROR if failed else EXIT_OK

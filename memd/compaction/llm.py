@@ -172,9 +172,12 @@ def _endpoint(settings: LLMSettings) -> tuple[str, str]:
         return base_url, settings.api_key
     if settings.base_url:
         return base_url, "memd-no-key"
-    raise LLMError("setup", f"compaction.api_key is not set for {settings.provider}'s own "
-                            "endpoint (memd never reads SDK environment variables; write "
-                            'api_key = "env:VAR" in [compaction] to use one)')
+    raise LLMError(
+        "setup",
+        f"compaction.api_key is not set for {settings.provider}'s own "
+        "endpoint (memd never reads SDK environment variables; write "
+        'api_key = "env:VAR" in [compaction] to use one)',
+    )
 
 
 async def _openai(settings: LLMSettings, prompt: str) -> Answer:
@@ -204,8 +207,7 @@ async def _anthropic(settings: LLMSettings, prompt: str) -> Answer:
             "(pip install 'memsearch[anthropic]')",
         ) from exc
     with _sdk_env_hidden():
-        client = anthropic.AsyncAnthropic(api_key=key, base_url=base_url,
-                                          timeout=settings.timeout)
+        client = anthropic.AsyncAnthropic(api_key=key, base_url=base_url, timeout=settings.timeout)
     async with client:
         resp = await client.messages.create(
             model=settings.model, max_tokens=4096, messages=[{"role": "user", "content": prompt}]

@@ -40,12 +40,26 @@ class PrivacyDesk:
         async with lock, self._target(client_id) as target:
             return await forget(target, selector)
 
-    async def export(self, client_id: str, *, after: datetime | None, before: datetime | None,
-                     cursor: str | None, limit: int) -> dict[str, Any]:
+    async def export(
+        self,
+        client_id: str,
+        *,
+        after: datetime | None,
+        before: datetime | None,
+        cursor: str | None,
+        limit: int,
+    ) -> dict[str, Any]:
         async with self._target(client_id) as target:
             conv_ids = target.sessions.conversation_ids()
-            return await asyncio.to_thread(export_page, target.layout, conv_ids, after=after,
-                                           before=before, cursor=cursor, limit=limit)
+            return await asyncio.to_thread(
+                export_page,
+                target.layout,
+                conv_ids,
+                after=after,
+                before=before,
+                cursor=cursor,
+                limit=limit,
+            )
 
     @contextlib.asynccontextmanager
     async def _target(self, client_id: str) -> AsyncIterator[Target]:
@@ -57,8 +71,10 @@ class PrivacyDesk:
             return
         layout = ClientLayout(rt.config.memory_dir, client_id)
         if client_id not in rt.config.clients and not layout.root.is_dir():
-            raise UnknownClient(f"unknown client {client_id!r}: no config and no memory folder",
-                                data={"client_id": client_id})
+            raise UnknownClient(
+                f"unknown client {client_id!r}: no config and no memory folder",
+                data={"client_id": client_id},
+            )
         async with rt._lock:  # no config apply may open this client meanwhile
             sessions = await ClientSessions(layout).open()
             try:
@@ -72,8 +88,7 @@ class PrivacyDesk:
         cid = layout.client_id
 
         async def search(query: str) -> list[tuple[str, str]]:
-            out = await recall(client.searcher, query, rt.config.search_top_k, None, None,
-                               layout)
+            out = await recall(client.searcher, query, rt.config.search_top_k, None, None, layout)
             return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
 
         async def count_rows(todo: Plan) -> int:
@@ -82,9 +97,15 @@ class PrivacyDesk:
         async def reindex() -> None:
             await rt.pipelines.rebuild(cid)
 
-        return Target(layout, client.sessions, rt.compactor,
-                      compaction_enabled=rt.config.compaction.enabled, search=search,
-                      count_rows=count_rows, reindex=reindex)
+        return Target(
+            layout,
+            client.sessions,
+            rt.compactor,
+            compaction_enabled=rt.config.compaction.enabled,
+            search=search,
+            count_rows=count_rows,
+            reindex=reindex,
+        )
 
 
 async def _count_rows(client: ClientRuntime, todo: Plan) -> int:
@@ -100,8 +121,11 @@ async def _count_rows(client: ClientRuntime, todo: Plan) -> int:
         rows = await asyncio.to_thread(searcher.headings, sorted(sources))
     except indexing.IndexUnavailableError:
         return 0
-    return sum(1 for source, heading in rows
-               if not sources[source] or heading in wanted.get(sources[source], ()))
+    return sum(
+        1
+        for source, heading in rows
+        if not sources[source] or heading in wanted.get(sources[source], ())
+    )
 
 
 def _cut_headings(layout: ClientLayout, todo: Plan) -> dict[str, set[str]]:
@@ -110,12 +134,12 @@ def _cut_headings(layout: ClientLayout, todo: Plan) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for sid, keys in todo.cuts.items():
         try:
-            lines = layout.session_file(sid).read_text(encoding="utf-8",
-                                                       errors="replace").split("\n")
+            lines = (
+                layout.session_file(sid).read_text(encoding="utf-8", errors="replace").split("\n")
+            )
         except FileNotFoundError:
             continue
-        out[sid] = {lines[s.start][3:] for s in exchange_spans("\n".join(lines))
-                    if s.key in keys}
+        out[sid] = {lines[s.start][3:] for s in exchange_spans("\n".join(lines)) if s.key in keys}
     return out
 
 

@@ -62,12 +62,19 @@ class Runtime:
         """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
         return await self.privacy.forget(client_id, selector)
 
-    async def export(self, client_id: str, *, after: datetime | None = None,
-                     before: datetime | None = None, cursor: str | None = None,
-                     limit: int = PAGE_SIZE) -> dict[str, Any]:
+    async def export(
+        self,
+        client_id: str,
+        *,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = PAGE_SIZE,
+    ) -> dict[str, Any]:
         """One page of memory.export (memd.privacy.export)."""
-        return await self.privacy.export(client_id, after=after, before=before, cursor=cursor,
-                                         limit=limit)
+        return await self.privacy.export(
+            client_id, after=after, before=before, cursor=cursor, limit=limit
+        )
 
     def reset(self, client_id: str) -> bool:
         """Take a client's FATAL children out of FATAL and start them again."""

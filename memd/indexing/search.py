@@ -265,9 +265,13 @@ class IndexSearcher:
         def run(client: Any) -> list[tuple[str, str]]:
             if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
                 return []
-            rows = client.query(self.target.collection, filter=expr,
-                                output_fields=["source", "heading"], limit=16_384,
-                                timeout=_remaining(deadline))
+            rows = client.query(
+                self.target.collection,
+                filter=expr,
+                output_fields=["source", "heading"],
+                limit=16_384,
+                timeout=_remaining(deadline),
+            )
             return [(r["source"], r["heading"]) for r in rows]
 
         return self._call(run)

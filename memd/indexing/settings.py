@@ -61,14 +61,10 @@ _KEY_ENV = {
 }
 # Variables that would redirect a watcher away from what memd configured: memsearch's
 # openai provider falls back to OPENAI_BASE_URL when no base URL is given.
-_STRIPPED_ENV = ("MEMSEARCH_DIR", "OPENAI_BASE_URL")
-# Not sent to memd's own endpoint: the user's OpenAI identity has no business there.
-_OPENAI_IDENTITY_ENV = (
-    "OPENAI_API_KEY",
-    "OPENAI_ORG_ID",
-    "OPENAI_ORGANIZATION",
-    "OPENAI_PROJECT_ID",
-)
+_STRIPPED_ENV = ("MEMSEARCH_DIR", "OPENAI_BASE_URL", "OLLAMA_HOST")
+# Every provider SDK's own variables (keys, base URLs, organisation, Vertex switches):
+# none reaches a watcher; the key it needs comes from memd's config (issue #14).
+_SDK_ENV_PREFIXES = ("OPENAI_", "GOOGLE_", "GEMINI_", "VOYAGE_", "JINA_", "MISTRAL_", "ANTHROPIC_")
 _TOKEN_ENV = "MEMD_MILVUS_TOKEN"
 
 
@@ -327,7 +323,7 @@ def watcher_env(
     """
     env = dict(os.environ if base is None else base)
     real_cache = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    for name in _STRIPPED_ENV + (_OPENAI_IDENTITY_ENV if embedded else ()):
+    for name in [*_STRIPPED_ENV, *(n for n in env if n.startswith(_SDK_ENV_PREFIXES))]:
         env.pop(name, None)
     env["HOME"] = str(watcher_home(layout))
     env["XDG_CACHE_HOME"] = real_cache
@@ -340,7 +336,7 @@ def watcher_env(
     key_env = _KEY_ENV.get(emb.provider)
     if emb.api_key and key_env:
         env[key_env] = emb.api_key
-    elif emb.provider == "openai" and emb.base_url and not env.get("OPENAI_API_KEY"):
+    elif emb.provider == "openai" and emb.base_url:
         env["OPENAI_API_KEY"] = "unused"  # the SDK refuses to start without one
     if emb.provider == "ollama" and emb.base_url:
         env["OLLAMA_HOST"] = emb.base_url

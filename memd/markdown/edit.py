@@ -109,7 +109,8 @@ def remove_exchanges(text: str, keys: Iterable[Key]) -> tuple[str, int]:
             for j in range(span.start, span.end):
                 drop[j] = True
     emptied = {s.conversation for s in layout.spans if s.key in wanted} - {
-        s.conversation for s in layout.spans if s.key not in wanted}
+        s.conversation for s in layout.spans if s.key not in wanted
+    }
     for conv in emptied:
         for start, end in layout.preambles.get(conv, []):
             for j in range(start + 1, end):  # line `start` is the header's blank line
@@ -154,7 +155,7 @@ def replace_file(path: Path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
         os.close(fd)
         fd = -1

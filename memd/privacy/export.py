@@ -40,8 +40,9 @@ class Cursor:
     def decode(cls, value: str) -> Cursor:
         sid, sep, n = value.rpartition(":")
         if not sep or not SESSION_ID_RE.match(sid) or not n.isdigit() or len(n) > 9:
-            raise InvalidParams("cursor is not one memory.export returned",
-                                data={"param": "cursor"})
+            raise InvalidParams(
+                "cursor is not one memory.export returned", data={"param": "cursor"}
+            )
         return cls(sid, int(n))
 
 
@@ -60,16 +61,19 @@ def session_files(layout: ClientLayout) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
-def exchange_record(session_id: str, conversation: int, exchange: ParsedExchange,
-                    conv_ids: ConvIds) -> dict[str, Any]:
+def exchange_record(
+    session_id: str, conversation: int, exchange: ParsedExchange, conv_ids: ConvIds
+) -> dict[str, Any]:
     """One exchange as export writes it (and as `memd import` reads it back)."""
     user = [p.text for p in exchange.parts if _base(p) == "User"]
     assistant = [p.text for p in exchange.parts if _base(p) == "Assistant"]
     record: dict[str, Any] = {
-        "session_id": session_id, "conversation": conversation,
+        "session_id": session_id,
+        "conversation": conversation,
         "exchange": exchange.number,
         "time": exchange.when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "user": "\n\n".join(user), "assistant": "\n\n".join(assistant),
+        "user": "\n\n".join(user),
+        "assistant": "\n\n".join(assistant),
         "parts": [{"label": p.label, "text": p.text} for p in exchange.parts],
     }
     conv_id = conv_ids.get((session_id, conversation))
@@ -84,9 +88,14 @@ def _base(part: Part) -> str:
     return part.label.split(" (")[0]
 
 
-def iter_exchanges(layout: ClientLayout, conv_ids: ConvIds, *, after: datetime | None = None,
-                   before: datetime | None = None, start: Cursor | None = None,
-                   ) -> Iterator[tuple[Cursor, dict[str, Any]]]:
+def iter_exchanges(
+    layout: ClientLayout,
+    conv_ids: ConvIds,
+    *,
+    after: datetime | None = None,
+    before: datetime | None = None,
+    start: Cursor | None = None,
+) -> Iterator[tuple[Cursor, dict[str, Any]]]:
     """Every exchange from `start` on, each with the cursor that comes after it."""
     for sid, path in session_files(layout):
         if start is not None and sid < start.session_id:
@@ -105,18 +114,24 @@ def iter_exchanges(layout: ClientLayout, conv_ids: ConvIds, *, after: datetime |
                 yield Cursor(sid, n), exchange_record(sid, conv.number, exchange, conv_ids)
 
 
-def export_page(layout: ClientLayout, conv_ids: ConvIds, *, after: datetime | None = None,
-                before: datetime | None = None, cursor: str | None = None,
-                limit: int = PAGE_SIZE) -> dict[str, Any]:
+def export_page(
+    layout: ClientLayout,
+    conv_ids: ConvIds,
+    *,
+    after: datetime | None = None,
+    before: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> dict[str, Any]:
     """One page: up to `limit` exchanges and the cursor of the next page (None at the end)."""
     if not 1 <= limit <= MAX_PAGE_SIZE:
-        raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_SIZE}",
-                            data={"param": "limit"})
+        raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_SIZE}", data={"param": "limit"})
     start = Cursor.decode(cursor) if cursor is not None else None
     out: list[dict[str, Any]] = []
     last: Cursor | None = None
-    for position, record in iter_exchanges(layout, conv_ids, after=after, before=before,
-                                           start=start):
+    for position, record in iter_exchanges(
+        layout, conv_ids, after=after, before=before, start=start
+    ):
         if len(out) == limit:
             return {"exchanges": out, "next_cursor": last.encode() if last else None}
         out.append(record)

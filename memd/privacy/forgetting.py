@@ -61,8 +61,10 @@ async def forget(target: Target, selector: Selector) -> dict[str, Any]:
         if target.search is None:
             from memd.errors import IndexUnavailable
 
-            raise IndexUnavailable("forgetting by query needs the client's index: enable "
-                                   "memory for it, or forget by session or time")
+            raise IndexUnavailable(
+                "forgetting by query needs the client's index: enable "
+                "memory for it, or forget by session or time"
+            )
         hits = await target.search(selector.query)
     todo = await asyncio.to_thread(plan, layout, selector, external, hits)
     removed = {"exchanges": 0, "files": 0, "index_rows": 0, "sessions": 0}
@@ -94,8 +96,12 @@ async def _summaries(target: Target, todo: Plan) -> int:
             if result["result"] == "recompacted":
                 changed += 1
                 continue
-            log.warning("forget.summary_not_regenerated", client=layout.client_id,
-                        session=sid, error=result.get("error"))
+            log.warning(
+                "forget.summary_not_regenerated",
+                client=layout.client_id,
+                session=sid,
+                error=result.get("error"),
+            )
         if left:  # the rest comes back into sessions/, indexed again; the summary goes
             if target.compactor is not None:
                 await target.compactor.restore(layout.client_id, sid)

@@ -47,30 +47,48 @@ class Selector:
             return f"conversation {self.conversation}{where}"
         if self.session_id is not None:
             return f"session {self.session_id}"
-        span = [f"from {self.after.isoformat()}" if self.after else "",
-                f"before {self.before.isoformat()}" if self.before else ""]
+        span = [
+            f"from {self.after.isoformat()}" if self.after else "",
+            f"before {self.before.isoformat()}" if self.before else "",
+        ]
         return "exchanges " + " ".join(s for s in span if s)
 
 
-def make_selector(*, session_id: str | None = None, conversation_id: str | int | None = None,
-                  after: datetime | None = None, before: datetime | None = None,
-                  query: str | None = None, all: bool = False) -> Selector:
+def make_selector(
+    *,
+    session_id: str | None = None,
+    conversation_id: str | int | None = None,
+    after: datetime | None = None,
+    before: datetime | None = None,
+    query: str | None = None,
+    all: bool = False,
+) -> Selector:
     """Check that exactly one selector is given (a conversation number needs its session)."""
-    given = [name for name, on in (
-        ("session_id", session_id is not None and conversation_id is None),
-        ("conversation_id", conversation_id is not None),
-        ("after/before", after is not None or before is not None),
-        ("query", query is not None), ("all", all)) if on]
+    given = [
+        name
+        for name, on in (
+            ("session_id", session_id is not None and conversation_id is None),
+            ("conversation_id", conversation_id is not None),
+            ("after/before", after is not None or before is not None),
+            ("query", query is not None),
+            ("all", all),
+        )
+        if on
+    ]
     if len(given) != 1:
-        raise InvalidParams("give exactly one of session_id, conversation_id, after/before, "
-                            f"query, all (got {', '.join(given) or 'none'})",
-                            data={"param": given[1] if len(given) > 1 else "session_id"})
+        raise InvalidParams(
+            "give exactly one of session_id, conversation_id, after/before, "
+            f"query, all (got {', '.join(given) or 'none'})",
+            data={"param": given[1] if len(given) > 1 else "session_id"},
+        )
     if session_id is not None and not SESSION_ID_RE.match(session_id):
-        raise InvalidParams(f"session_id {session_id!r} is not a session id",
-                            data={"param": "session_id"})
+        raise InvalidParams(
+            f"session_id {session_id!r} is not a session id", data={"param": "session_id"}
+        )
     if isinstance(conversation_id, int) and session_id is None:
-        raise InvalidParams("a conversation number needs its session_id",
-                            data={"param": "conversation_id"})
+        raise InvalidParams(
+            "a conversation number needs its session_id", data={"param": "conversation_id"}
+        )
     if isinstance(conversation_id, str) and not conversation_id:
         raise InvalidParams("conversation_id must not be empty", data={"param": "conversation_id"})
     if query is not None and not query.strip():
@@ -97,8 +115,12 @@ class Plan:
             self.cuts.setdefault(session_id, set()).update(keys)
 
 
-def plan(layout: ClientLayout, selector: Selector, external: ExternalIds,
-         hits: Iterable[tuple[str, str]] = ()) -> Plan:
+def plan(
+    layout: ClientLayout,
+    selector: Selector,
+    external: ExternalIds,
+    hits: Iterable[tuple[str, str]] = (),
+) -> Plan:
     """The exchanges `selector` names. `hits` are recall's (source, heading) for a query.
 
     Raises NotFound for a session or conversation that does not exist; a time range or
@@ -111,9 +133,11 @@ def plan(layout: ClientLayout, selector: Selector, external: ExternalIds,
         path = files.get(sid)
         keys = [s.key for s in _spans(path) if s.conversation == number] if path else []
         if not keys:
-            raise NotFound(f"no conversation {selector.conversation!r}"
-                           + (f" in session {sid}" if selector.session_id else ""),
-                           data={"conversation_id": selector.conversation})
+            raise NotFound(
+                f"no conversation {selector.conversation!r}"
+                + (f" in session {sid}" if selector.session_id else ""),
+                data={"conversation_id": selector.conversation},
+            )
         out.add(sid, keys)
     elif selector.session_id is not None:
         sid = selector.session_id
@@ -126,8 +150,14 @@ def plan(layout: ClientLayout, selector: Selector, external: ExternalIds,
         _plan_hits(layout, files, hits, out)
     else:
         for sid, path in files.items():
-            out.add(sid, [s.key for s in _spans(path)
-                          if selector.all or in_range(s.when, selector.after, selector.before)])
+            out.add(
+                sid,
+                [
+                    s.key
+                    for s in _spans(path)
+                    if selector.all or in_range(s.when, selector.after, selector.before)
+                ],
+            )
         if selector.all:
             out.summaries.update(_summary_ids(layout))
     for sid in out.cuts:
@@ -142,11 +172,15 @@ def _conversation(selector: Selector, external: ExternalIds) -> tuple[str, int]:
         return selector.session_id, selector.conversation
     found = external.get(str(selector.conversation))
     if found is None:
-        raise NotFound(f"no conversation {selector.conversation!r}",
-                       data={"conversation_id": selector.conversation})
+        raise NotFound(
+            f"no conversation {selector.conversation!r}",
+            data={"conversation_id": selector.conversation},
+        )
     if selector.session_id is not None and found[0] != selector.session_id:
-        raise NotFound(f"conversation {selector.conversation!r} is not in session "
-                       f"{selector.session_id}", data={"conversation_id": selector.conversation})
+        raise NotFound(
+            f"conversation {selector.conversation!r} is not in session {selector.session_id}",
+            data={"conversation_id": selector.conversation},
+        )
     return found
 
 
@@ -158,12 +192,16 @@ def _spans(path: Path) -> list[Span]:
 
 
 def _summary_ids(layout: ClientLayout) -> set[str]:
-    return {p.name[:-len("-summary.md")] for p in layout.sessions.glob("*-summary.md")
-            if SESSION_ID_RE.match(p.name[:-len("-summary.md")])}
+    return {
+        p.name[: -len("-summary.md")]
+        for p in layout.sessions.glob("*-summary.md")
+        if SESSION_ID_RE.match(p.name[: -len("-summary.md")])
+    }
 
 
-def _plan_hits(layout: ClientLayout, files: Mapping[str, Path],
-               hits: Iterable[tuple[str, str]], out: Plan) -> None:
+def _plan_hits(
+    layout: ClientLayout, files: Mapping[str, Path], hits: Iterable[tuple[str, str]], out: Plan
+) -> None:
     """Recall's hits back to exchanges: a transcript hit names its exchange by heading; a
     summary hit names the summary (regenerated or removed)."""
     sessions = layout.sessions.resolve()
@@ -173,8 +211,8 @@ def _plan_hits(layout: ClientLayout, files: Mapping[str, Path],
         if path.parent.resolve() != sessions:
             continue
         name = path.name
-        if name.endswith("-summary.md") and SESSION_ID_RE.match(name[:-len("-summary.md")]):
-            out.summaries.add(name[:-len("-summary.md")])
+        if name.endswith("-summary.md") and SESSION_ID_RE.match(name[: -len("-summary.md")]):
+            out.summaries.add(name[: -len("-summary.md")])
         elif SESSION_ID_RE.match(path.stem) and path.stem in files:
             wanted.setdefault(path.stem, set()).add(heading)
     for sid, headings in wanted.items():
@@ -182,5 +220,6 @@ def _plan_hits(layout: ClientLayout, files: Mapping[str, Path],
             lines = files[sid].read_bytes().decode("utf-8", "replace").split("\n")
         except FileNotFoundError:
             continue
-        out.add(sid, [s.key for s in exchange_spans("\n".join(lines))
-                      if lines[s.start][3:] in headings])
+        out.add(
+            sid, [s.key for s in exchange_spans("\n".join(lines)) if lines[s.start][3:] in headings]
+        )

@@ -53,8 +53,9 @@ class Erased:
         self.sessions += other.sessions
 
 
-def erase(store: StateStore, cuts: Mapping[str, set[Key]],
-          files_lock: threading.Lock | None = None) -> Erased:
+def erase(
+    store: StateStore, cuts: Mapping[str, set[Key]], files_lock: threading.Lock | None = None
+) -> Erased:
     """Cut `cuts` (session id -> exchange keys) from files and state; see module doc."""
     assert store.db is not None
     db = store.db
@@ -71,8 +72,13 @@ def erase(store: StateStore, cuts: Mapping[str, set[Key]],
             db.execute("ROLLBACK")
             raise
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    log.info("forget.erased", client=store.layout.client_id, sessions=len(cuts),
-             exchanges=total.exchanges, files=total.files)
+    log.info(
+        "forget.erased",
+        client=store.layout.client_id,
+        sessions=len(cuts),
+        exchanges=total.exchanges,
+        files=total.files,
+    )
     return total
 
 
@@ -117,21 +123,26 @@ def _erase_session(store: StateStore, sid: str, keys: set[Key]) -> Erased:
     _erase_rows(store, sid, cut, digests, remaining)
     if active:
         size, tail = _measure(layout.session_file(sid))
-        db.execute("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?",
-                   (size, tail, sid))
+        db.execute("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", (size, tail, sid))
     elif not left and row is not None:
         db.execute("DELETE FROM sessions WHERE session_id = ?", (sid,))
         out.sessions += 1
     return out
 
 
-def _erase_rows(store: StateStore, sid: str, cut: set[Key], digests: set[tuple[int, bytes]],
-                remaining: Mapping[int, str]) -> None:
+def _erase_rows(
+    store: StateStore,
+    sid: str,
+    cut: set[Key],
+    digests: set[tuple[int, bytes]],
+    remaining: Mapping[int, str],
+) -> None:
     """Nodes, exchange keys and titles of the cut exchanges; conversations with none left."""
     assert store.db is not None
     db = store.db
-    convs = dict(db.execute("SELECT number, conv FROM conversations WHERE session_id = ?",
-                            (sid,)).fetchall())
+    convs = dict(
+        db.execute("SELECT number, conv FROM conversations WHERE session_id = ?", (sid,)).fetchall()
+    )
     for number, exchange in cut:
         key = convs.get(number)
         if key is not None:
@@ -146,8 +157,9 @@ def _erase_rows(store: StateStore, sid: str, cut: set[Key], digests: set[tuple[i
         if key is None:
             continue
         if number in remaining:
-            db.execute("UPDATE conversations SET title = ? WHERE conv = ?",
-                       (remaining[number], key))
+            db.execute(
+                "UPDATE conversations SET title = ? WHERE conv = ?", (remaining[number], key)
+            )
         else:  # nothing of it is left: it is forgotten as a whole
             for table in ("nodes", "exchange_keys", "conversations"):
                 db.execute(f"DELETE FROM {table} WHERE conv = ?", (key,))

@@ -83,8 +83,9 @@ class Titles:
         """memd just wrote the file: this is how it looks now."""
         self._seen[session_id] = _stamp(path)
 
-    def fix(self, conv_rows: list[tuple[Any, ...]], data: bytes | None) -> tuple[
-            list[tuple[Any, ...]], bytes | None]:
+    def fix(
+        self, conv_rows: list[tuple[Any, ...]], data: bytes | None
+    ) -> tuple[list[tuple[Any, ...]], bytes | None]:
         """Rows (and the one conversation's freshly rendered text) with current titles.
 
         A conversation not seen before brings its title (it was just set from its first

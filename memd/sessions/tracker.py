@@ -480,11 +480,15 @@ class ClientSessions:
 
     def conversation_ids(self) -> dict[tuple[str, int], str]:
         """(session_id, conversation number) -> MCP conversation id, for every mcp one."""
-        return {(c.session_id, c.number): c.external_id for c in self._by_external.values()
-                if c.session_id is not None and c.external_id is not None}
+        return {
+            (c.session_id, c.number): c.external_id
+            for c in self._by_external.values()
+            if c.session_id is not None and c.external_id is not None
+        }
 
-    async def erase(self, cuts: Mapping[str, set[tuple[int, int]]],
-                    files_lock: threading.Lock | None = None) -> Erased:
+    async def erase(
+        self, cuts: Mapping[str, set[tuple[int, int]]], files_lock: threading.Lock | None = None
+    ) -> Erased:
         """Cut exchanges out of files and state for `memory.forget` (memd.sessions.erase).
 
         Record calls wait while it runs (one rewrite per file); whatever was decided before

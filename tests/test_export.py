@@ -184,7 +184,8 @@ def test_export_bad_input_and_a_disabled_client(
         time.sleep(0.1)
     [only] = memd.call("memory.export", {"client_id": SRC})["exchanges"]
     assert only["user"] == EXCHANGES[0][1]
-    gone = memd.call("memory.forget", {"client_id": SRC, "all": True})
+    with memd.client(timeout=300) as client:  # waits for the index rebuild
+        gone = client.call("memory.forget", {"client_id": SRC, "all": True})
     assert gone["removed"]["exchanges"] == 1
     assert memd.call("memory.export", {"client_id": SRC})["exchanges"] == []
     assert all("spare key" not in p.read_text() for p in (tmp_path / "memory" / SRC).rglob("*.md"))

@@ -80,6 +80,12 @@ def record(memd: DaemonProcess, conv: str, fact: str, when: str) -> dict[str, An
     )
 
 
+def forget(memd: DaemonProcess, **selector: Any) -> dict[str, Any]:
+    """A forget waits for the index to be rebuilt: slow on a busy machine, so no 30 s bound."""
+    with memd.client(timeout=300) as client:
+        return client.call("memory.forget", {"client_id": CLIENT, **selector})
+
+
 def recall_text(memd: DaemonProcess, query: str) -> str | None:
     try:
         out = memd.call("memory.recall", {"client_id": CLIENT, "query": query, "top_k": 20})
@@ -144,10 +150,8 @@ def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
     writer = threading.Thread(target=keep_recording)
     writer.start()
     try:
-        by_conv = memd.call("memory.forget", {"client_id": CLIENT, "conversation_id": "beta"})
-        by_time = memd.call(
-            "memory.forget", {"client_id": CLIENT, "after": "2026-11-10", "before": "2026-11-20"}
-        )
+        by_conv = forget(memd, conversation_id="beta")
+        by_time = forget(memd, after="2026-11-10", before="2026-11-20")
     finally:
         stop.set()
         writer.join(60)
@@ -192,7 +196,7 @@ def test_bad_selectors_and_empty_matches(
     assert kind({"session_id": sid, "all": True}) == "invalid_params"
     assert kind({}) == "invalid_params"
     assert kind({"after": "soon"}) == "invalid_params"
-    empty = memd.call("memory.forget", {"client_id": CLIENT, "after": "2030-01-01"})
+    empty = forget(memd, after="2030-01-01")
     assert empty["removed"]["exchanges"] == 0
     with pytest.raises(RemoteError) as err:
         memd.call("memory.forget", {"client_id": "../x", "all": True})

@@ -262,12 +262,14 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
     "memory.forget": (
         {"client_id": good_clients},
         {
+            # Validation only: a selector that matched would rebuild the index (seconds
+            # each), so times and queries are ones that can never match a fuzzed exchange.
             "session_id": ids,
-            "conversation_id": st.one_of(ids, st.integers(-3, 10)),
-            "after": times,
-            "before": times,
-            "query": texts,
-            "all": st.sampled_from([False, "true", 1]),  # never a real erase-all
+            "conversation_id": st.one_of(st.integers(-3, 10), st.sampled_from(["", "never-seen"])),
+            "after": st.sampled_from(["9999-12-31T23:59:59Z", "soon", "", "-5d", "1e308h"]),
+            "before": st.sampled_from(["0001-01-01", "soon", "", "9999999999999999999d"]),
+            "query": st.sampled_from(["", "   ", 5, None]),
+            "all": st.sampled_from([False, "true", 1]),
         },
     ),
     "memory.export": (

@@ -160,6 +160,12 @@ class NotFound(MemdError):
     code = DomainCode.NOT_FOUND
 
 
+class CompactionError(MemdError):
+    """A compaction request that cannot run (kind `compaction_disabled`: compaction is off)."""
+
+    code = DomainCode.COMPACTION_ERROR
+
+
 class ExchangeConflict(MemdError):
     code = DomainCode.EXCHANGE_CONFLICT
 

@@ -80,8 +80,8 @@ def _client(args: argparse.Namespace, timeout: float | None = 60.0) -> MemdClien
 def forget_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"client_id": args.client}
     conversation: str | int | None = args.conversation
-    if conversation is not None and args.session and conversation.isdigit():
-        conversation = int(conversation)
+    if args.conversation is not None and args.session and args.conversation.isdigit():
+        conversation = int(args.conversation)
     for key, value in (
         ("session_id", args.session),
         ("conversation_id", conversation),

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
         write_spec,
     )
     from memd.indexing.pipeline import Pipelines
-    from memd.indexing.search import Hit, IndexSearcher, IndexUnavailableError, expand_hit
+    from memd.indexing.search import (
+        Hit,
+        IndexSearcher,
+        IndexUnavailableError,
+        expand_hit,
+        in_range,
+    )
     from memd.indexing.settings import (
         IndexTarget,
         collection_name,
@@ -45,6 +51,7 @@ __all__ = [
     "collection_name",
     "ensure_dirs",
     "expand_hit",
+    "in_range",
     "index_server_command",
     "index_socket_path",
     "index_spec",
@@ -81,6 +88,7 @@ __getattr__ = public_face(
             "IndexSearcher",
             "IndexUnavailableError",
             "expand_hit",
+            "in_range",
         ),
         "settings": (
             "IndexTarget",

@@ -20,7 +20,8 @@ from memd import indexing
 from memd.access import check_client_id
 from memd.errors import UnknownClient
 from memd.layout import ClientLayout
-from memd.privacy import Plan, Selector, Target, export_page, forget
+from memd.privacy import Plan, Selector, Target, export_page, forget, plan
+from memd.privacy.export import Cursor
 from memd.recall import recall
 from memd.sessions import ClientSessions
 
@@ -36,6 +37,14 @@ class PrivacyDesk:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+        if self._no_folder(client_id):
+            # Nothing was ever recorded: an unknown session is still not_found, a time
+            # range matches nothing; and no folder is created for it.
+            await asyncio.to_thread(plan, self._layout(client_id), selector, {}, [])
+            return {
+                "removed": {"exchanges": 0, "files": 0, "index_rows": 0, "sessions": 0},
+                "selector": selector.describe(),
+            }
         lock = self._locks.setdefault(client_id, asyncio.Lock())
         async with lock, self._target(client_id) as target:
             return await forget(target, selector)
@@ -49,6 +58,10 @@ class PrivacyDesk:
         cursor: str | None,
         limit: int,
     ) -> dict[str, Any]:
+        if self._no_folder(client_id):
+            if cursor is not None:
+                Cursor.decode(cursor)  # a bad cursor is still a bad cursor
+            return {"exchanges": [], "next_cursor": None}
         async with self._target(client_id) as target:
             conv_ids = target.sessions.conversation_ids()
             return await asyncio.to_thread(
@@ -60,6 +73,22 @@ class PrivacyDesk:
                 cursor=cursor,
                 limit=limit,
             )
+
+    def _layout(self, client_id: str) -> ClientLayout:
+        check_client_id(client_id)
+        return ClientLayout(self.runtime.config.memory_dir, client_id)
+
+    def _no_folder(self, client_id: str) -> bool:
+        """A client memd runs nothing for and that has no folder: configured, else unknown."""
+        layout = self._layout(client_id)
+        if client_id in self.runtime.clients or layout.root.is_dir():
+            return False
+        if client_id not in self.runtime.config.clients:
+            raise UnknownClient(
+                f"unknown client {client_id!r}: no config and no memory folder",
+                data={"client_id": client_id},
+            )
+        return True
 
     @contextlib.asynccontextmanager
     async def _target(self, client_id: str) -> AsyncIterator[Target]:

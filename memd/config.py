@@ -9,6 +9,7 @@ client's conversations to disk or lose them.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import tomllib
@@ -72,9 +73,32 @@ class MilvusConfig:
 
 
 @dataclass(frozen=True)
+class ProxyConfig:
+    """`[proxy]`: the OpenAI-compatible gateway; it runs when an upstream is named."""
+
+    listen: str = "127.0.0.1:8765"
+    upstream_base_url: str = ""
+    upstream_api_key: str = ""  # already resolved from "env:VAR"
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 600.0
+    max_tool_rounds: int = 4
+    allow_non_loopback: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.upstream_base_url)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) of `listen`, already validated by the loader."""
+        return parse_listen(self.listen)
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
+    inject_recall: bool = True  # the proxy adds the recall tool to this client's requests
 
     @property
     def memory_on(self) -> bool:
@@ -99,6 +123,7 @@ class Config:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -177,6 +202,7 @@ class _Parser:
             "embedding": dict,
             "compaction": dict,
             "milvus": dict,
+            "proxy": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -204,6 +230,7 @@ class _Parser:
             embedding=self.embedding(data),
             compaction=self.compaction(data),
             milvus=self.section(data, "milvus", MilvusConfig),
+            proxy=self.proxy(data),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )
@@ -289,6 +316,42 @@ class _Parser:
                     )
         return comp
 
+    def proxy(self, data: Mapping[str, Any]) -> ProxyConfig:
+        table = self.get(data, "proxy", dict, {})
+        prefix = "proxy."
+        kinds = {f.name: type(f.default) for f in fields(ProxyConfig)}
+        self.check_keys(prefix, table, kinds)
+        values = {
+            key: self.get(table, key, kinds[key], getattr(ProxyConfig, key), prefix)
+            for key in kinds
+        }
+        values["upstream_api_key"] = self.secret(
+            values["upstream_api_key"], "proxy.upstream_api_key"
+        )
+        try:
+            host, _port = parse_listen(values["listen"])
+        except ValueError as exc:
+            raise self.fail("proxy.listen", str(exc)) from None
+        if not values["allow_non_loopback"] and not _loopback(host):
+            raise self.fail(
+                "proxy.listen",
+                f"{host} is not a loopback address; the proxy would be reachable from "
+                "other machines (set allow_non_loopback = true if that is what you want)",
+            )
+        url = values["upstream_base_url"]
+        if url and not re.match(r"^https?://[^/\s]+", url):
+            raise self.fail(
+                "proxy.upstream_base_url",
+                "must be an http:// or https:// URL, e.g. https://api.openai.com/v1",
+            )
+        for key in ("connect_timeout_seconds", "read_timeout_seconds"):
+            value = values[key]
+            if not value > 0 or value == float("inf"):
+                raise self.fail(f"proxy.{key}", "must be a positive, finite number")
+        if not 1 <= values["max_tool_rounds"] <= 20:
+            raise self.fail("proxy.max_tool_rounds", "must be between 1 and 20")
+        return ProxyConfig(**values)
+
     def secret(self, value: str, key: str) -> str:
         """`env:VAR` reads the variable so secrets stay out of the file."""
         if not value.startswith("env:"):
@@ -314,14 +377,34 @@ class _Parser:
                 )
             if not isinstance(body, dict):
                 raise self.fail(key, f"must be a table, got {_type_name(body)}")
-            kinds = {"memory_enabled": bool, "mode": str}
+            kinds = {"memory_enabled": bool, "mode": str, "inject_recall": bool}
             self.check_keys(f"{key}.", body, kinds)
             enabled = self.get(body, "memory_enabled", bool, None, f"{key}.")
             mode = self.get(body, "mode", str, "both", f"{key}.")
             if mode not in MODES:
                 raise self.fail(f"{key}.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-            out[cid] = ClientConfig(memory_enabled=enabled, mode=mode)
+            inject = self.get(body, "inject_recall", bool, True, f"{key}.")
+            out[cid] = ClientConfig(memory_enabled=enabled, mode=mode, inject_recall=inject)
         return out
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:8765)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _type_name(value: Any) -> str:

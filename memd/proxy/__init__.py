@@ -1,0 +1,25 @@
+"""`memd proxy`: an OpenAI-compatible gateway on loopback, built on memd's socket API only.
+
+Apps point their OpenAI base URL here and send a memd-issued key; the proxy forwards to
+the configured upstream, records each completed exchange through `memory.record_chat`,
+and runs the `_memory` recall tool in the loop through `memory.tools` and
+`memory.call_tool`. It imports no memd service (import-linter checks it): only config,
+errors, logs and layout. The server (aiohttp) loads only when it is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memd import public_face
+
+if TYPE_CHECKING:
+    from memd.proxy.cli import add_parser
+    from memd.proxy.service import ProxyServer, ProxyService
+
+__all__ = ["ProxyServer", "ProxyService", "add_parser"]
+
+__getattr__ = public_face(
+    __name__,
+    {"cli": ("add_parser",), "service": ("ProxyServer", "ProxyService")},
+)

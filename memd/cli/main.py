@@ -29,6 +29,7 @@ from memd.cli.common import (  # re-exported: command modules written against ma
     table,
 )
 from memd.config import ConfigError
+from memd.proxy import cli as proxy_cli
 
 __all__ = [
     "COMMANDS",
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 # In the order `memd --help` lists them.
-COMMANDS = (init, status, record, sessions, recall, privacy, folders, service)
+COMMANDS = (init, status, record, sessions, recall, privacy, folders, service, proxy_cli)
 
 EPILOG = """\
 examples:

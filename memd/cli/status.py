@@ -22,6 +22,7 @@ from memd.cli.common import (
     table,
 )
 from memd.config import MEMORY_MODES
+from memd.proxy import cli as proxy_cli
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     path, config = load(args)
     try:
-        return run_daemon(path, config)
+        return run_daemon(path, config, services=proxy_cli.services())
     except SocketSetupError as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -86,6 +87,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"memory   {status['memory_dir']}")
     if status.get("compaction"):
         print(f"compact  {compaction_line(status['compaction'])}")
+    if status.get("proxy"):
+        print(f"proxy    {proxy_cli.status_line(status['proxy'])}")
     rows = [status_row(cid, c) for cid, c in status["clients"].items()]
     print()
     print(

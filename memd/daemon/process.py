@@ -6,9 +6,9 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import structlog
@@ -28,11 +28,30 @@ log = structlog.get_logger()
 RESTART_KEYS = ("memory_dir", "socket")
 
 
+class Service(Protocol):
+    """A front end memd runs beside its socket (the proxy): started once the socket is up,
+    given each applied config, shown under its name in the status, closed first."""
+
+    name: str
+
+    async def start(self, config: Config) -> None: ...
+
+    async def apply(self, config: Config) -> None: ...
+
+    def status(self) -> dict[str, Any] | None: ...
+
+    async def close(self) -> None: ...
+
+
 class Daemon:
     """One running memd: holds the config in force and the services built from it."""
 
     def __init__(
-        self, config_path: Path, config: Config, notifier: SystemdNotifier | None = None
+        self,
+        config_path: Path,
+        config: Config,
+        notifier: SystemdNotifier | None = None,
+        services: Sequence[Service] = (),
     ) -> None:
         self.config_path = config_path
         self.notifier = notifier or SystemdNotifier()
@@ -41,6 +60,8 @@ class Daemon:
         self.ready = False
         self.server: RpcServer | None = None
         self.runtime = Runtime(config)
+        self.services = list(services)
+        self._services_started = False
         self._stop = asyncio.Event()
         self._signals = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -66,6 +87,9 @@ class Daemon:
             await self.server.close()
             await self.runtime.close()
             raise
+        for service in self.services:
+            await service.start(self.config)
+        self._services_started = True
         self.ready = True
         log.info(
             "memd.ready",
@@ -92,6 +116,8 @@ class Daemon:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for service in self.services:  # before the socket: their last records go through it
+            await service.close()
         if self.server is not None:
             await self.server.close()
         await self.runtime.close()
@@ -119,6 +145,9 @@ class Daemon:
     async def apply_config(self, new: Config) -> None:
         """Bring per-client folders and services in line with `new`."""
         await self.runtime.apply(new)
+        if self._services_started:
+            for service in self.services:
+                await service.apply(new)
 
     async def reload(self) -> bool:
         """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""
@@ -218,6 +247,7 @@ class Daemon:
                 k: v for k, v in self.runtime.compactor.status().items() if k != "clients"
             },
             "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
+            **{service.name: service.status() for service in self.services},
         }
 
     def client_status(self, client_id: str) -> dict[str, Any]:
@@ -283,7 +313,7 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
         log.exception("task.crashed", task=name)
 
 
-def run_daemon(config_path: Path, config: Config) -> int:
-    """Entry point for `memd run`."""
+def run_daemon(config_path: Path, config: Config, services: Sequence[Service] = ()) -> int:
+    """Entry point for `memd run`; `services` are the front ends it runs beside the socket."""
     heap.tune()  # before any thread starts: see memd/heap.py
-    return asyncio.run(Daemon(config_path, config).run())
+    return asyncio.run(Daemon(config_path, config, services=services).run())

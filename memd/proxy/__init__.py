@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
-    from memd.proxy.cli import add_parser
+    from memd.proxy.cli import add_parsers
     from memd.proxy.service import ProxyServer, ProxyService
 
-__all__ = ["ProxyServer", "ProxyService", "add_parser"]
+__all__ = ["ProxyServer", "ProxyService", "add_parsers"]
 
 __getattr__ = public_face(
     __name__,
-    {"cli": ("add_parser",), "service": ("ProxyServer", "ProxyService")},
+    {"cli": ("add_parsers",), "service": ("ProxyServer", "ProxyService")},
 )

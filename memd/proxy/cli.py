@@ -12,7 +12,7 @@ from memd.config import load_config, resolve_config_path
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 2, 3
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register `memd proxy` and `memd proxy key` on the memd command's subparsers."""
     proxy = sub.add_parser(
         "proxy",

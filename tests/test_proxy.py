@@ -394,6 +394,25 @@ def test_a_failed_record_never_breaks_the_chat(env: Env) -> None:
     assert "record failures" in shown and env.url in shown
 
 
+def test_a_config_edit_applies_to_the_next_request(env: Env) -> None:
+    """Turning carol's inject_recall on (then off again) needs no restart of anything."""
+
+    def offered() -> bool:
+        seen = len(env.upstream.chat_requests())
+        env.sdk("carol").chat.completions.create(model="m", messages=[user("reload check")])
+        return MEMORY_TOOL in _tool_names(env.upstream.chat_requests()[seen]["body"])
+
+    config = _config_of(env)
+    config["clients"]["carol"]["inject_recall"] = True
+    write_config(env.proc.config_path, config)
+    try:
+        wait_for(offered, "the edit to apply")
+    finally:
+        config["clients"]["carol"]["inject_recall"] = False
+        write_config(env.proc.config_path, config)
+        wait_for(lambda: not offered(), "the edit to be undone")
+
+
 def test_memd_proxy_runs_standalone(env: Env, tmp_path: Path) -> None:
     """`memd proxy` serves on its own address, against the running memd's socket."""
     config = json.loads(json.dumps(_config_of(env)))

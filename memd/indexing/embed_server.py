@@ -5,26 +5,28 @@ through memsearch's `openai` provider pointed at this server, so the daemon hold
 copy of the model and watchers and recall embed with exactly the same code.
 
 The server listens on 127.0.0.1 on a random port, and every request must carry the random
-bearer key made for this run (other local users can reach loopback ports). It sets
-TCP_NODELAY on each connection: `http.server` writes headers and body separately, and with
-Nagle's algorithm plus delayed ACKs each call took ~46 ms instead of ~2.4 ms.
+bearer key made for this run (other local users can reach loopback ports). It runs on
+aiohttp, the stack of `memd proxy`, on an event loop of its own thread. Its predecessor on
+`http.server` needed TCP_NODELAY set by hand (headers and body went out as two writes:
+with Nagle's algorithm plus delayed ACKs a call took ~46 ms instead of ~2.4 ms); asyncio
+sets TCP_NODELAY on every TCP transport, and aiohttp sends a small answer in one write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import json
 import secrets
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import structlog
+from aiohttp import web
 
 from memd.indexing import embedding
 
@@ -97,8 +99,8 @@ def response_body(vectors: list[list[float]], model: str, fmt: str, tokens: int)
     return json.dumps({"object": "list", "data": data, "model": model, "usage": usage}).encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One request per connection (HTTP/1.0 semantics, `Connection: close`).
+class _App:
+    """The routes. One request per connection (`Connection: close`).
 
     Keep-alive breaks `memsearch watch`: its initial index runs under `asyncio.run()`, the
     openai SDK pools that connection, and the first file event (on another event loop)
@@ -106,88 +108,82 @@ class _Handler(BaseHTTPRequestHandler):
     call costs well under a millisecond.
     """
 
-    protocol_version = "HTTP/1.0"
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """http.server would print every request to stderr; memd logs only failures."""
-
-    def do_POST(self) -> None:
-        try:
-            self._check_auth()
-            if self.path.rstrip("/") != "/v1/embeddings":
-                raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint {self.path}")
-            texts, fmt = parse_request(self._read_body(), self.server.model)
-            vectors = self.server.embedder(texts)
-            tokens = sum(len(t.split()) for t in texts)
-            self._send(HTTPStatus.OK, response_body(vectors, self.server.model, fmt, tokens))
-        except RequestError as exc:
-            self._send_error(exc)
-        except Exception as exc:
-            log.exception("embedding.request_failed")
-            failure = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, str(exc), "server_error")
-            self._send_error(failure)
-
-    def do_GET(self) -> None:
-        try:
-            self._check_auth()
-            if self.path.rstrip("/") != "/v1/models":
-                raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint {self.path}")
-            body = {
-                "object": "list",
-                "data": [{"id": self.server.model, "object": "model", "owned_by": "memd"}],
-            }
-            self._send(HTTPStatus.OK, json.dumps(body).encode())
-        except RequestError as exc:
-            self._send_error(exc)
-
-    def _check_auth(self) -> None:
-        given = self.headers.get("Authorization", "")
-        expected = f"Bearer {self.server.api_key}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key", "invalid_api_key")
-
-    def _read_body(self) -> bytes:
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise RequestError(HTTPStatus.LENGTH_REQUIRED, "Content-Length required") from None
-        if length < 0 or length > MAX_BODY_BYTES:
-            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
-        return self.rfile.read(length)
-
-    def _send_error(self, exc: RequestError) -> None:
-        if exc.status >= 500:
-            log.warning("embedding.request_error", status=int(exc.status), error=str(exc))
-        body = {"error": {"message": str(exc), "type": exc.kind, "code": exc.kind}}
-        self._send(exc.status, json.dumps(body).encode())
-
-    def _send(self, status: HTTPStatus, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = False
-
-    def __init__(self, addr: tuple[str, int], api_key: str, model: str, embedder: Embedder):
+    def __init__(self, api_key: str, model: str, embedder: Embedder) -> None:
         self.api_key = api_key
         self.model = model
         self.embedder = embedder
-        super().__init__(addr, _Handler)
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_route("*", "/{tail:.*}", self.missing)
+        return app
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+            if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
+            texts, fmt = parse_request(await request.read(), self.model)
+            # Embedding is CPU work: off the event loop, in threads, as http.server did.
+            loop = asyncio.get_running_loop()
+            vectors = await loop.run_in_executor(None, self.embedder, texts)
+            tokens = sum(len(t.split()) for t in texts)
+            return _send(HTTPStatus.OK, response_body(vectors, self.model, fmt, tokens))
+        except RequestError as exc:
+            return _send_error(exc)
+        except web.HTTPRequestEntityTooLarge:
+            return _send_error(
+                RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
+            )
+        except Exception as exc:
+            log.exception("embedding.request_failed")
+            return _send_error(
+                RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, str(exc), "server_error")
+            )
+
+    async def models(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+        except RequestError as exc:
+            return _send_error(exc)
+        body = {
+            "object": "list",
+            "data": [{"id": self.model, "object": "model", "owned_by": "memd"}],
+        }
+        return _send(HTTPStatus.OK, json.dumps(body).encode())
+
+    async def missing(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+            raise RequestError(HTTPStatus.NOT_FOUND, f"no such endpoint {request.path}")
+        except RequestError as exc:
+            return _send_error(exc)
+
+    def _check_auth(self, request: web.Request) -> None:
+        given = request.headers.get("Authorization", "")
+        expected = f"Bearer {self.api_key}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key", "invalid_api_key")
+
+
+def _send_error(exc: RequestError) -> web.Response:
+    if exc.status >= 500:
+        log.warning("embedding.request_error", status=int(exc.status), error=str(exc))
+    body = {"error": {"message": str(exc), "type": exc.kind, "code": exc.kind}}
+    return _send(exc.status, json.dumps(body).encode())
+
+
+def _send(status: HTTPStatus, body: bytes) -> web.Response:
+    response = web.Response(status=int(status), body=body, content_type="application/json")
+    response.force_close()  # sends `Connection: close` and closes after the body
+    return response
 
 
 class EmbeddingServer:
-    """Lifecycle of the endpoint: `start()` binds and serves in a thread, `stop()` closes it."""
+    """Lifecycle of the endpoint: `start()` binds and serves on a thread's own event loop,
+    `stop()` closes it (the callers are synchronous, and so is this API)."""
 
     def __init__(
         self,
@@ -200,38 +196,62 @@ class EmbeddingServer:
         self._model = model
         self._api_key = api_key or secrets.token_urlsafe(32)
         self._host = host
-        self._server: _Server | None = None
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def endpoint(self) -> Endpoint:
-        if self._server is None:
+        if self._port is None:
             raise RuntimeError("embedding server is not started")
-        port = self._server.server_address[1]
-        return Endpoint(f"http://{self._host}:{port}/v1", self._api_key, self._model)
+        return Endpoint(f"http://{self._host}:{self._port}/v1", self._api_key, self._model)
 
     def start(self) -> Endpoint:
         """Bind a random loopback port and serve (the model is loaded first, not on a call)."""
-        if self._server is not None:
+        if self._port is not None:
             return self.endpoint
         self._embedder(["warm up"])
-        self._server = _Server((self._host, 0), self._api_key, self._model, self._embedder)
+        loop = asyncio.new_event_loop()
+        try:
+            self._runner = loop.run_until_complete(self._listen())
+        except BaseException:
+            loop.close()
+            raise
+        self._loop = loop
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="memd-embed-server", daemon=True
+            target=loop.run_forever, name="memd-embed-server", daemon=True
         )
         self._thread.start()
         log.info("embedding.server_started", url=self.endpoint.base_url, model=self._model)
         return self.endpoint
 
+    async def _listen(self) -> web.AppRunner:
+        app = _App(self._api_key, self._model, self._embedder).application()
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._port = runner.addresses[0][1]
+        return runner
+
     def stop(self) -> None:
-        if self._server is None:
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None:
             return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+        try:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            loop.close()
+            self._loop = self._runner = self._thread = None
+            self._port = None
         log.info("embedding.server_stopped")
 
     def __enter__(self) -> EmbeddingServer:

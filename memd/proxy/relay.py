@@ -131,7 +131,7 @@ class Tee:
         if self.streamed:
             done = self._assembler.done or self._assembler.finish_reason is not None
             return self._assembler.message() if done and self._assembler.error is None else None
-        return first_message(self._body)
+        return first_message(bytes(self._body))
 
 
 def first_message(body: bytes) -> dict[str, Any] | None:

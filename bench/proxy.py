@@ -64,7 +64,7 @@ def measure(
     times: dict[str, list[float]] = {name: [] for name in routes}
     for client in routes.values():  # warm up connections and code paths
         for i in range(5):
-            call(client, -i)
+            call(client, -1 - i)
     for i in range(calls):
         for name, client in routes.items():
             times[name].append(call(client, i))
@@ -122,8 +122,9 @@ def main() -> int:
                 break
             time.sleep(0.2)
         print(
-            f"\nrecorded {proxy['recorded']} exchanges, {proxy['record_failures']} "
-            f"record failures, {proxy['requests']} proxied requests"
+            f"\nrecorded {proxy['recorded']} exchanges of {4 * (args.calls + 5)}, "
+            f"{proxy['record_failures']} record failures, {proxy['upstream_errors']} upstream "
+            f"errors, {proxy['requests']} proxied requests"
         )
     return 0
 

@@ -133,6 +133,9 @@ class ToolLoop:
         self.tool = tool
         self.call_memory = call_memory
         self.upstream_body = inject(body, tool)
+        # The reply to record once it is whole; the server reads it if the app hangs up
+        # while the last bytes go out (aiohttp then cancels the handler).
+        self.reply: dict[str, Any] | None = None
 
     async def _answers(self, reply: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         """Append the memory calls and their results to the next upstream request."""
@@ -237,8 +240,10 @@ class ToolLoop:
             if state.memory and round_no < self.settings.max_tool_rounds:
                 await self._answers(state.reply.message(), state.memory)
                 continue
-            await state.finish()
-            return out, sent.message()
+            closing = state.closing()
+            self.reply = sent.message()
+            await state.finish(closing)
+            return out, self.reply
         raise AssertionError("unreachable")
 
     async def _fail(self, out: web.StreamResponse, exc: BaseException) -> web.StreamResponse:
@@ -307,11 +312,13 @@ class _Round:
         self.sent.add(chunk)
         await self.out.write(encode_event(chunk))
 
-    async def finish(self) -> None:
-        """End the app's stream: held app calls, the finish chunk, usage, [DONE]."""
+    def closing(self) -> list[dict[str, Any]]:
+        """The chunks that end the app's stream (held app calls, finish, usage), counted as
+        sent already: the reply is whole from here on, even if the app hangs up now."""
+        chunks = []
         if self.app:
             delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(self.app)]}
-            await self._emit(
+            chunks.append(
                 {**self.template, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
             )
         finish = self.finish_chunk or {
@@ -320,9 +327,16 @@ class _Round:
         }
         if self.memory and not self.app:
             finish["choices"][0]["finish_reason"] = "stop"
-        await self._emit(finish)
+        chunks.append(finish)
         if self.usage_chunk is not None:
-            await self._emit(self.usage_chunk)
+            chunks.append(self.usage_chunk)
+        for chunk in chunks:
+            self.sent.add(chunk)
+        return chunks
+
+    async def finish(self, chunks: list[dict[str, Any]]) -> None:
+        for chunk in chunks:
+            await self.out.write(encode_event(chunk))
         await self.out.write(encode_event(DONE))
         await self.out.write_eof()
 

@@ -14,6 +14,7 @@ checked. A missing, malformed or wrong key is a 401 before anything is read or s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -154,6 +155,10 @@ class ProxyApp:
         )
         try:
             response, reply = await (loop.streamed() if body.get("stream") else loop.plain())
+        except asyncio.CancelledError:
+            if loop.reply is not None:  # the app hung up after the answer was whole
+                self.recorder.submit(client, body["messages"], loop.reply)
+            raise
         except UpstreamFailed as exc:
             self.stats.upstream_errors += 1
             return up.failure_response(exc.cause, settings.read_timeout)
@@ -181,14 +186,21 @@ class ProxyApp:
             record = client is not None and upstream.status == 200
             tee = Tee(up.is_event_stream(upstream)) if record else None
             response, complete = await relay(request, upstream, tee)
+        except asyncio.CancelledError:
+            self._record(client, messages, tee)  # only an answer the tee saw whole
+            raise
         finally:
             upstream.release()
         if upstream.status >= 400 or not complete:
             self.stats.upstream_errors += 1
-        reply = tee.reply() if tee is not None and complete else None
+        if complete:
+            self._record(client, messages, tee)
+        return response
+
+    def _record(self, client: str | None, messages: list[Any] | None, tee: Tee | None) -> None:
+        reply = tee.reply() if tee is not None else None
         if client is not None and messages is not None and reply is not None:
             self.recorder.submit(client, messages, reply)
-        return response
 
     # --- memd, through its socket API ----------------------------------------------------
 

@@ -35,8 +35,9 @@ EMBEDDING_PROVIDERS = (
 )
 # Providers whose SDK needs a key (openai only at its own endpoint).
 KEYED_EMBEDDING_PROVIDERS = ("openai", "google", "voyage", "jina", "mistral")
-CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-TOOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# \Z, not $: "$" also matches before a trailing newline ("alice\n" would pass).
+CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 DEFAULT_MEMORY_DIR = "~/.localrouter/memory"
 
 

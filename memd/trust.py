@@ -186,3 +186,13 @@ def _check_ancestor(path: Path) -> None:
                             "others, who could rename what is below it and put their own "
                             "socket in its place",
                             f"run `chmod go-w {path}` or choose another socket path")
+
+
+def ensure_memory_dir(path: Path) -> None:
+    """memory_dir, created 0700 if missing, must pass `check_dir` (a symlink to a folder of
+    ours is fine here: the user may keep memory elsewhere); else memd does not start."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        check_dir(path, follow=True)
+    except UntrustedPath as exc:
+        raise UntrustedPath(exc.path, f"(memory_dir) {exc.problem}", exc.fix) from None

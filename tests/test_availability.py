@@ -19,19 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from memd.client import MemdClient, RemoteError
+from memd.cli.client import MemdClient, RemoteError
+from memd.markdown.transcript import conversation_title as title
 from tests.support.daemon import DaemonProcess, base_config, write_config
 from tests.support.faults import call, pipeline_running, recall_finds, wait_for
 
 MCP = {"memory_enabled": True, "mode": "mcp_via_llm"}
-
-
-def _title_fn():
-    try:
-        from memd.markdown import conversation_title
-    except ImportError:  # before the move into memd/markdown/
-        from memd.transcript import conversation_title
-    return conversation_title
 
 
 def _start(tmp: Path, limits: dict, clients: dict | None = None) -> DaemonProcess:
@@ -53,7 +46,6 @@ def capped(tmp_path: Path) -> Iterator[DaemonProcess]:
 def test_title_of_a_huge_message_is_taken_from_its_start_only() -> None:
     """A conversation title looks at a bounded start of the first message (it keeps 70
     characters), so an 8 MiB message costs what a short one does."""
-    title = _title_fn()
     head = " \u200b\t" * 3000  # whitespace and format characters: nothing a title shows
     big = head + "rotate the production API keys " * 300_000
     assert len(big) > 8_000_000

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memd.client import MemdClient, RemoteError
+from memd.cli.client import MemdClient, RemoteError
 from memd.config import ConfigError, parse_config
-from memd.transcript import read_transcript as read_transcript_of
+from memd.markdown.transcript import read_transcript as read_transcript_of
 from tests.support.daemon import REPO, DaemonProcess, base_config, write_config
 from tests.support.faults import call, wait_for
 
@@ -203,11 +203,8 @@ def test_a_symlinked_socket_lock_is_a_clear_error(config_file, tmp_path: Path) -
 def test_a_full_database_reports_disk_full_not_the_failed_rollback(tmp_path: Path) -> None:
     """sqlite ends the transaction itself on SQLITE_FULL; the error the caller sees must be
     "database or disk is full", not the ROLLBACK's "no transaction is active"."""
-    try:
-        from memd.sessions.store import Change, StateStore
-    except ImportError:  # before the move into memd/sessions/
-        from memd.session_store import Change, StateStore
     from memd.layout import ClientLayout
+    from memd.sessions.store import Change, StateStore
 
     store = StateStore(ClientLayout(tmp_path / "memory", "agent"))
     store.open()

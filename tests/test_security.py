@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.client import RemoteError
+from memd.cli.client import RemoteError
+from memd.indexing.embed_server import EmbeddingServer
 from tests.support.daemon import DaemonProcess
 from tests.support.faults import alive, call, pipeline_running, recall_finds, wait_for
 from tests.support.hostile import (
@@ -293,11 +294,7 @@ def _fake_embed(texts: list[str]) -> list[list[float]]:
     return [[1.0, 0.0] for _ in texts]
 
 
-def _embedding_server():
-    try:
-        from memd.indexing.embed_server import EmbeddingServer
-    except ImportError:  # before the move into memd/indexing/
-        from memd.embed_server import EmbeddingServer
+def _embedding_server() -> EmbeddingServer:
     return EmbeddingServer(embedder=_fake_embed, model="fake")
 
 

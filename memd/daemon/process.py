@@ -14,7 +14,7 @@ import psutil
 import structlog
 import watchfiles
 
-from memd import __version__, heap
+from memd import __version__, heap, trust
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.daemon.notify import SystemdNotifier
@@ -286,4 +286,6 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 def run_daemon(config_path: Path, config: Config) -> int:
     """Entry point for `memd run`."""
     heap.tune()  # before any thread starts: see memd/heap.py
+    os.umask(trust.PRIVATE_UMASK)  # every file memd and its children create: 0600 / 0700
+    trust.ensure_memory_dir(config.memory_dir)
     return asyncio.run(Daemon(config_path, config).run())

@@ -44,11 +44,13 @@ them disagree about where a section starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from pathlib import Path
 
 import structlog
 
+from memd import trust
 from memd.layout import ClientLayout
 
 log = structlog.get_logger()
@@ -160,7 +163,10 @@ def iso(ts: float) -> str:
 
 
 def heading_time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime(HEADING_TIME)
+    # The year by hand: strftime's %Y gives "999", not "0999", for years before 1000 on
+    # glibc, and headings must read back (strptime and the heading pattern want 4 digits).
+    when = when.astimezone(UTC)
+    return f"{when.year:04d}-" + when.strftime(HEADING_TIME.removeprefix("%Y-"))
 
 
 def front_matter(client_id: str, session_id: str, started: float) -> str:
@@ -343,7 +349,7 @@ class AppendFile:
 
     def _open(self) -> tuple[int, bool]:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)  # a symlink is not our file: never followed (memd.trust)
         except FileNotFoundError:
             st = None
         if self._fd is not None and st is not None and (st.st_dev, st.st_ino) == self._ino:
@@ -351,12 +357,16 @@ class AppendFile:
         if self._fd is not None:
             log.warning("transcript.replaced_reopened", path=str(self.path))
         self.close()
-        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the tail digest
+        flags = os.O_RDWR | os.O_APPEND  # read: the tail digest
         if st is None:
-            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = trust.open_nofollow(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         else:
-            fd = os.open(self.path, flags)
+            fd = trust.open_nofollow(self.path, flags | os.O_NONBLOCK)  # a FIFO must not hang
         fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or fst.st_uid != os.geteuid():
+            os.close(fd)
+            raise trust.UntrustedPath(self.path, "is not a regular file of memd's uid",
+                                      f"move it away: `mv {self.path} {self.path}.old`")
         self._fd, self._ino = fd, (fst.st_dev, fst.st_ino)
         return fd, st is None
 
@@ -427,7 +437,14 @@ def restore(layout: ClientLayout, session_id: str) -> Path:
 
 
 def _move(src: Path, dst: Path) -> Path:
-    dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Move a transcript between trusted folders: both real folders of ours, the source a
+    regular file and the target no symlink (rename replaces a link, but the link's
+    presence means someone else's hand was there)."""
+    trust.ensure_dir(dst.parent)
+    trust.check_dir(src.parent)
+    if not trust.check_file(src, tighten=False):
+        raise FileNotFoundError(errno.ENOENT, "no such transcript", str(src))
+    trust.check_file(dst, tighten=False)
     os.replace(src, dst)
     fsync_dir(dst.parent)
     fsync_dir(src.parent)

@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from memd import trust
 from memd.errors import ParseError, PayloadTooLarge
 from memd.rpc.protocol import (
     MAX_BATCH,
@@ -278,12 +279,15 @@ class _Connection:
 
 
 def _prepare_dir(directory: Path) -> None:
-    """Create missing directories 0700; refuse an existing one that others could write to."""
+    """Create missing directories 0700; refuse an existing one that others could write to,
+    and any folder on the way from `/` that others could use to swap it (trust.check_chain:
+    OpenSSH's StrictModes rule)."""
     missing = []
     current = directory
     while not current.exists():
         missing.append(current)
         current = current.parent
+    _check_chain(current if missing else directory.parent)  # the folder itself: below
     for path in reversed(missing):
         try:
             path.mkdir(mode=0o700)
@@ -304,11 +308,25 @@ def _prepare_dir(directory: Path) -> None:
             f"could be replaced; run `chmod go-w {directory}` or choose "
             "another socket path"
         )
+    _check_chain(directory)
+
+
+def _check_chain(directory: Path) -> None:
+    try:
+        trust.check_chain(directory)
+    except trust.UntrustedPath as exc:
+        raise SocketSetupError(f"refusing socket {directory}: {exc}") from None
 
 
 def _lock(path: Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = trust.open_nofollow(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except trust.UntrustedPath as exc:
+        raise SocketSetupError(f"cannot lock the socket: {exc}") from None
+    except OSError as exc:
+        raise SocketSetupError(f"cannot open the socket's lock file {lock_path}: "
+                               f"{exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

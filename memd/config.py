@@ -73,6 +73,22 @@ class MilvusConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """Bounds that keep one caller from stalling the others (docs/security.md).
+
+    Past them new work is refused with a `busy` error (retry later) instead of queued.
+    """
+
+    max_connections: int = 256  # socket connections served at once
+    max_buffered_mib: float = 256.0  # unfinished-line bytes held over all connections
+    recall_queue: int = 16  # recalls of one client waiting behind its two running ones
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        return int(self.max_buffered_mib * 1024 * 1024)
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
@@ -100,6 +116,7 @@ class Config:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -178,6 +195,7 @@ class _Parser:
             "embedding": dict,
             "compaction": dict,
             "milvus": dict,
+            "limits": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -205,6 +223,7 @@ class _Parser:
             embedding=self.embedding(data),
             compaction=self.compaction(data),
             milvus=self.section(data, "milvus", MilvusConfig),
+            limits=self.limits(data),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )
@@ -290,6 +309,17 @@ class _Parser:
                     )
         return comp
 
+    def limits(self, data: Mapping[str, Any]) -> LimitsConfig:
+        limits = self.section(data, "limits", LimitsConfig)
+        if limits.max_connections < 1:
+            raise self.fail("limits.max_connections", "must be at least 1")
+        mib = limits.max_buffered_mib
+        if not 0 < mib < float("inf"):
+            raise self.fail("limits.max_buffered_mib", "must be a positive, finite number")
+        if limits.recall_queue < 0:
+            raise self.fail("limits.recall_queue", "must be 0 or more")
+        return limits
+
     def secret(self, value: str, key: str) -> str:
         """`env:VAR` reads the variable so secrets stay out of the file."""
         if not value.startswith("env:"):
@@ -354,9 +384,28 @@ def socket_for(path: str | Path | None) -> tuple[Path, ConfigError | None]:
         error = exc
     data: dict[str, Any] = {}
     try:
-        with contextlib.suppress(OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            raw = tomllib.loads(resolve_config_path(path).read_text(encoding="utf-8"))
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = resolve_config_path(path).read_text(encoding="utf-8")
+            try:
+                raw = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:  # invalid TOML: read the two keys line by line
+                raw = _top_level_lines(text, ("memory_dir", "socket"))
             data = {k: raw[k] for k in ("memory_dir", "socket") if isinstance(raw.get(k), str)}
         return parse_config(data, source=resolve_config_path(path)).socket, error
     except ConfigError:
         return parse_config({}).socket, error
+
+
+def _top_level_lines(text: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`key = value` lines before the first table, each parsed alone: the keys a daemon
+    running on the last good config still uses, taken from a file that is not TOML."""
+    found: dict[str, Any] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            break
+        name = stripped.split("=", 1)[0].strip()
+        if name in keys:
+            with contextlib.suppress(tomllib.TOMLDecodeError):
+                found.update(tomllib.loads(stripped))
+    return found

@@ -22,6 +22,7 @@ processes, which can read and write everything memd can anyway.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -42,8 +43,10 @@ class UntrustedPath(Exception):
 
 
 def _owner_fix(path: Path | str, uid: int) -> str:
-    return (f"another user may have put it there: remove it, or if it is yours, run "
-            f"`chown -R {os.geteuid()} {path}` (it belongs to uid {uid})")
+    return (
+        f"another user may have put it there: remove it, or if it is yours, run "
+        f"`chown -R {os.geteuid()} {path}` (it belongs to uid {uid})"
+    )
 
 
 def check_dir(path: Path | str, *, follow: bool = False) -> os.stat_result:
@@ -53,26 +56,33 @@ def check_dir(path: Path | str, *, follow: bool = False) -> os.stat_result:
     """
     st = os.stat(path) if follow else os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise UntrustedPath(path, "is a symlink, and memd follows none under memory_dir",
-                            f"replace it with a real folder (`rm {path}` and let memd "
-                            "create it) or point memd's memory_dir at the target")
+        raise UntrustedPath(
+            path,
+            "is a symlink, and memd follows none under memory_dir",
+            f"replace it with a real folder (`rm {path}` and let memd "
+            "create it) or point memd's memory_dir at the target",
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedPath(path, "is not a folder", f"move it away: `mv {path} {path}.old`")
     if st.st_uid != os.geteuid():
-        raise UntrustedPath(path, f"is owned by uid {st.st_uid}, not by memd's uid "
-                            f"{os.geteuid()}", _owner_fix(path, st.st_uid))
+        raise UntrustedPath(
+            path,
+            f"is owned by uid {st.st_uid}, not by memd's uid {os.geteuid()}",
+            _owner_fix(path, st.st_uid),
+        )
     if st.st_mode & _OTHERS_WRITE:
-        raise UntrustedPath(path, "is writable by group or others, so another user could "
-                            "replace what memd keeps there", f"run `chmod 700 {path}`")
+        raise UntrustedPath(
+            path,
+            "is writable by group or others, so another user could replace what memd keeps there",
+            f"run `chmod 700 {path}`",
+        )
     return st
 
 
 def ensure_dir(path: Path | str, *, follow: bool = False) -> None:
     """Create a missing folder 0700 (one level), then hold it to `check_dir`."""
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     check_dir(path, follow=follow)
 
 
@@ -99,11 +109,13 @@ def check_file(path: Path | str, *, tighten: bool = True) -> bool:
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedPath(path, "is a symlink", f"remove it: `rm {path}`")
     if not stat.S_ISREG(st.st_mode):
-        raise UntrustedPath(path, "is not a regular file", f"move it away: `mv {path} "
-                            f"{path}.old`")
+        raise UntrustedPath(path, "is not a regular file", f"move it away: `mv {path} {path}.old`")
     if st.st_uid != os.geteuid():
-        raise UntrustedPath(path, f"is owned by uid {st.st_uid}, not by memd's uid "
-                            f"{os.geteuid()}", _owner_fix(path, st.st_uid))
+        raise UntrustedPath(
+            path,
+            f"is owned by uid {st.st_uid}, not by memd's uid {os.geteuid()}",
+            _owner_fix(path, st.st_uid),
+        )
     if st.st_mode & _OTHERS_WRITE:
         raise UntrustedPath(path, "is writable by group or others", f"run `chmod 600 {path}`")
     if tighten and st.st_mode & 0o077:
@@ -117,9 +129,11 @@ def open_nofollow(path: Path | str, flags: int, mode: int = 0o600) -> int:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UntrustedPath(path, "is a symlink, and memd writes through none",
-                                f"remove it (`rm {path}`); memd creates the file again") \
-                from None
+            raise UntrustedPath(
+                path,
+                "is a symlink, and memd writes through none",
+                f"remove it (`rm {path}`); memd creates the file again",
+            ) from None
         raise
 
 
@@ -131,8 +145,7 @@ def open_served(path: Path | str) -> int | None:
     except OSError:
         return None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
-            or st.st_mode & _OTHERS_WRITE:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & _OTHERS_WRITE:
         os.close(fd)
         return None
     return fd
@@ -178,14 +191,20 @@ def _check_ancestor(path: Path) -> None:
     st = os.stat(path)
     uid = os.geteuid()
     if st.st_uid not in (0, uid):
-        raise UntrustedPath(path, f"(on the way to memd's socket) is owned by uid "
-                            f"{st.st_uid}, who could replace the socket",
-                            "choose a socket path whose folders belong to you or root")
+        raise UntrustedPath(
+            path,
+            f"(on the way to memd's socket) is owned by uid "
+            f"{st.st_uid}, who could replace the socket",
+            "choose a socket path whose folders belong to you or root",
+        )
     if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-        raise UntrustedPath(path, "(on the way to memd's socket) is writable by group or "
-                            "others, who could rename what is below it and put their own "
-                            "socket in its place",
-                            f"run `chmod go-w {path}` or choose another socket path")
+        raise UntrustedPath(
+            path,
+            "(on the way to memd's socket) is writable by group or "
+            "others, who could rename what is below it and put their own "
+            "socket in its place",
+            f"run `chmod go-w {path}` or choose another socket path",
+        )
 
 
 def ensure_memory_dir(path: Path) -> None:

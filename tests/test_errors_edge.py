@@ -33,8 +33,12 @@ CLIENTS = {
 def memd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One daemon for the whole module: short sessions, so resume cases come quickly."""
     tmp = tmp_path_factory.mktemp("edge")
-    path = write_config(tmp / "config.toml", base_config(
-        tmp, clients=CLIENTS, session_inactivity_minutes=0.05, monitor_interval_seconds=0.3))
+    path = write_config(
+        tmp / "config.toml",
+        base_config(
+            tmp, clients=CLIENTS, session_inactivity_minutes=0.05, monitor_interval_seconds=0.3
+        ),
+    )
     proc = DaemonProcess(path).start()
     yield proc
     proc.stop()
@@ -47,8 +51,7 @@ def _raw(memd: DaemonProcess, line: bytes) -> object:
 
 
 def _exchange(conv: str, user: str = "u", **extra: object) -> dict:
-    return {"client_id": "agent", "conversation_id": conv, "user": user,
-            "assistant": "a", **extra}
+    return {"client_id": "agent", "conversation_id": conv, "user": user, "assistant": "a", **extra}
 
 
 # --- 9. ids that cannot be echoed ------------------------------------------------------------
@@ -63,8 +66,10 @@ def test_a_batch_with_an_infinite_id_answers_every_request(memd: DaemonProcess) 
     """The other entries of the batch are answered; the recorded one says it was recorded,
     so the caller does not retry it (and duplicate it)."""
     params = json.dumps(_exchange("batch-inf", "recorded once"))
-    line = (f'[{{"jsonrpc":"2.0","id":1e999,"method":"clients.list"}},'
-            f'{{"jsonrpc":"2.0","id":7,"method":"memory.record_exchange","params":{params}}}]')
+    line = (
+        f'[{{"jsonrpc":"2.0","id":1e999,"method":"clients.list"}},'
+        f'{{"jsonrpc":"2.0","id":7,"method":"memory.record_exchange","params":{params}}}]'
+    )
     reply = _raw(memd, line.encode())
     assert isinstance(reply, list) and len(reply) == 2, reply
     by_id = {r["id"]: r for r in reply}
@@ -77,15 +82,27 @@ def test_a_batch_with_an_infinite_id_answers_every_request(memd: DaemonProcess) 
 
 def test_deeply_nested_tool_call_arguments_are_recorded_as_text(memd: DaemonProcess) -> None:
     deep = "[" * 5000 + "]" * 5000
-    messages = [{"role": "user", "content": "call the tool"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "t1", "type": "function",
-                     "function": {"name": "f", "arguments": deep}}]},
-                {"role": "tool", "tool_call_id": "t1", "content": "ok"}]
+    messages = [
+        {"role": "user", "content": "call the tool"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "f", "arguments": deep}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "ok"},
+    ]
     try:
-        result = call(memd.socket, "memory.record_chat", {
-            "client_id": "gw", "messages": messages,
-            "response": {"role": "assistant", "content": "done"}})
+        result = call(
+            memd.socket,
+            "memory.record_chat",
+            {
+                "client_id": "gw",
+                "messages": messages,
+                "response": {"role": "assistant", "content": "done"},
+            },
+        )
     except RemoteError as exc:
         assert exc.code == -32602, exc
         assert "arguments" in json.dumps(exc.data), exc.data
@@ -95,15 +112,16 @@ def test_deeply_nested_tool_call_arguments_are_recorded_as_text(memd: DaemonProc
 
 
 @pytest.mark.parametrize("method", ["memory.recall", "memory.call_tool"])
-def test_lone_surrogate_in_a_recall_query_is_invalid_params(memd: DaemonProcess,
-                                                            method: str) -> None:
+def test_lone_surrogate_in_a_recall_query_is_invalid_params(
+    memd: DaemonProcess, method: str
+) -> None:
     if method == "memory.recall":
         params = '{"client_id":"agent","query":"tea \\ud800 time"}'
     else:
-        params = ('{"client_id":"agent","name":"MemoryRecall",'
-                  '"arguments":{"query":"tea \\ud800 time"}}')
-    reply = _raw(memd, f'{{"jsonrpc":"2.0","id":1,"method":"{method}",'
-                       f'"params":{params}}}'.encode())
+        params = (
+            '{"client_id":"agent","name":"MemoryRecall","arguments":{"query":"tea \\ud800 time"}}'
+        )
+    reply = _raw(memd, f'{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}'.encode())
     if method == "memory.recall":
         assert reply["error"]["code"] == -32602, reply
         assert reply["error"]["data"]["param"] == "query", reply
@@ -117,11 +135,14 @@ def test_lone_surrogate_in_a_recall_query_is_invalid_params(memd: DaemonProcess,
 
 
 def test_a_timestamp_before_year_1000_reads_back(memd: DaemonProcess) -> None:
-    result = call(memd.socket, "memory.record_exchange",
-                  _exchange("ancient", "what did the monks write?",
-                            timestamp="0999-05-06T07:08:09Z"))
+    result = call(
+        memd.socket,
+        "memory.record_exchange",
+        _exchange("ancient", "what did the monks write?", timestamp="0999-05-06T07:08:09Z"),
+    )
     parsed = read_transcript_of(Path(result["path"]))
-    times = [e.when for c in parsed.conversations for e in c.exchanges]
+    times = [e.when for c in parsed.conversations if c.number == result["conversation"]
+             for e in c.exchanges]
     assert [t.year for t in times] == [999], times
     assert "## 0999-05-06 07:08:09 UTC" in Path(result["path"]).read_text()
 
@@ -137,8 +158,7 @@ def test_a_configured_client_id_ending_in_a_newline_is_a_config_error() -> None:
         parse_config({"clients": {"agent\n": {"memory_enabled": True}}})
 
 
-def test_resumed_conversation_whose_file_was_deleted_keeps_its_header(
-        memd: DaemonProcess) -> None:
+def test_resumed_conversation_whose_file_was_deleted_keeps_its_header(memd: DaemonProcess) -> None:
     sock = memd.socket
     first = call(sock, "memory.record_exchange", _exchange("resume-deleted", "first words"))
     sid = first["session_id"]
@@ -162,23 +182,35 @@ def test_resumed_conversation_whose_file_was_deleted_keeps_its_header(
 
 def _memd_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(config.parent / "home")}
-    return subprocess.run([sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
-                          capture_output=True, text=True, timeout=60, cwd=str(REPO), env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "memd.cli", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        env=env,
+    )
 
 
 def test_cli_finds_the_running_daemon_while_the_config_is_invalid_toml(
-        config_file, daemon_factory, tmp_path: Path) -> None:
+    config_file, daemon_factory, tmp_path: Path
+) -> None:
     path = config_file(clients=CLIENTS, socket=str(tmp_path / "elsewhere" / "memd.sock"))
     memd = daemon_factory(path)
     good = path.read_text()
     path.write_text(good + "\n[clients.broken\nmode = \n")
-    wait_for(lambda: call(memd.socket, "daemon.status")["config_error"], 30, 0.1,
-             "the broken edit rejected")
+    wait_for(
+        lambda: call(memd.socket, "daemon.status")["config_error"],
+        30,
+        0.1,
+        "the broken edit rejected",
+    )
     status = _memd_cli(path, "status")
     assert status.returncode == 0, status.stderr
     assert "rejected" in status.stdout and "TOML" in status.stdout, status.stdout
-    record = _memd_cli(path, "record", "agent", "--conversation", "cli", "--user", "u",
-                       "--assistant", "a")
+    record = _memd_cli(
+        path, "record", "agent", "--conversation", "cli", "--user", "u", "--assistant", "a"
+    )
     assert record.returncode == 0, record.stderr
     assert "recorded" in record.stdout
 

@@ -46,10 +46,12 @@ def area():
         yield folder
 
 
-def _record(sock: Path, client: str, user: str, assistant: str = "noted",
-            conv: str = "c1") -> dict:
-    return call(sock, "memory.record_exchange", {
-        "client_id": client, "conversation_id": conv, "user": user, "assistant": assistant})
+def _record(sock: Path, client: str, user: str, assistant: str = "noted", conv: str = "c1") -> dict:
+    return call(
+        sock,
+        "memory.record_exchange",
+        {"client_id": client, "conversation_id": conv, "user": user, "assistant": assistant},
+    )
 
 
 def _refusal(sock: Path, client: str) -> RemoteError:
@@ -71,8 +73,12 @@ def test_world_writable_memory_dir_refuses_daemon_and_kills_nothing(area: Path) 
     victim = sleeper()
     try:
         record = pidfile_record(victim, ["sleep", "900"])
-        nobody_python("import os, sys; d = sys.argv[1] + '/evil/.memd'; os.makedirs(d);"
-                      "open(d + '/x.pid', 'w').write(sys.argv[2])", str(memory), record)
+        nobody_python(
+            "import os, sys; d = sys.argv[1] + '/evil/.memd'; os.makedirs(d);"
+            "open(d + '/x.pid', 'w').write(sys.argv[2])",
+            str(memory),
+            record,
+        )
         code, log = start_refused(area_config(area, {"alice": MCP}))
         assert code != 0
         assert str(memory) in log and "chmod" in log, log[-2000:]
@@ -82,8 +88,7 @@ def test_world_writable_memory_dir_refuses_daemon_and_kills_nothing(area: Path) 
         victim.wait()
 
 
-def test_leftovers_are_reaped_only_for_configured_clients_and_memd_commands(
-        area: Path) -> None:
+def test_leftovers_are_reaped_only_for_configured_clients_and_memd_commands(area: Path) -> None:
     """Pidfiles under an unconfigured folder, or naming a program memd never starts, are
     not memd's leftovers: the processes they describe live on."""
     memory = area / "memory"
@@ -95,9 +100,11 @@ def test_leftovers_are_reaped_only_for_configured_clients_and_memd_commands(
     configured, unconfigured = sleeper(), sleeper()
     try:
         (memory / "alice" / ".memd" / "watch.pid").write_text(
-            pidfile_record(configured, ["sleep", "900"]))
+            pidfile_record(configured, ["sleep", "900"])
+        )
         (memory / "stranger" / ".memd" / "watch.pid").write_text(
-            pidfile_record(unconfigured, ["sleep", "900"]))
+            pidfile_record(unconfigured, ["sleep", "900"])
+        )
         memd = DaemonProcess(area_config(area, {"alice": MCP})).start()
         try:
             assert _record(memd.socket, "alice", "hello")["conversation"] == 1
@@ -117,15 +124,20 @@ def test_leftovers_are_reaped_only_for_configured_clients_and_memd_commands(
 @needs_hostile
 @pytest.mark.parametrize("where", ["root", "sessions", "memd_dir", "group_writable"])
 def test_client_folder_owned_or_writable_by_another_user_refuses_that_client(
-        area: Path, where: str) -> None:
+    area: Path, where: str
+) -> None:
     """A client folder (or one of its subfolders) that another uid owns or that group or
     others can write is refused with an error naming it and the fix; other clients run."""
     memory = area / "memory"
     memory.mkdir(mode=0o700)
     os.chmod(memory, 0o700)
     dave = memory / "dave"
-    target = {"root": dave, "sessions": dave / "sessions", "memd_dir": dave / ".memd",
-              "group_writable": dave / "sessions"}[where]
+    target = {
+        "root": dave,
+        "sessions": dave / "sessions",
+        "memd_dir": dave / ".memd",
+        "group_writable": dave / "sessions",
+    }[where]
     target.mkdir(parents=True, mode=0o700)
     os.chmod(dave, 0o700)
     if where == "group_writable":
@@ -160,8 +172,12 @@ def test_every_file_memd_creates_is_private(area: Path) -> None:
         sock = memd.socket
         wait_for(lambda: pipeline_running(sock, "alice"), 180, 0.3, "pipeline RUNNING")
         _record(sock, "alice", "Where is the spare key?", "Under the blue flowerpot.")
-        wait_for(lambda: recall_finds(sock, "alice", "spare key", "flowerpot"), 120, 0.3,
-                 "the exchange indexed")
+        wait_for(
+            lambda: recall_finds(sock, "alice", "spare key", "flowerpot"),
+            120,
+            0.3,
+            "the exchange indexed",
+        )
         root = area / "memory" / "alice"
         names = {p.name for p in root.rglob("*")}
         assert {"state.sqlite3", "state.sqlite3-wal", "index-spec.json"} <= names, names
@@ -190,11 +206,14 @@ def test_file_in_sessions_owned_by_another_user_is_never_recalled(area: Path) ->
         sock = memd.socket
         wait_for(lambda: pipeline_running(sock, "erin"), 180, 0.3, "pipeline RUNNING")
         _record(sock, "erin", "What is my favourite tea?", "Oolong, brewed for three minutes.")
-        wait_for(lambda: recall_finds(sock, "erin", "favourite tea", "Oolong"), 120, 0.3,
-                 "erin's own exchange indexed")
+        wait_for(
+            lambda: recall_finds(sock, "erin", "favourite tea", "Oolong"),
+            120,
+            0.3,
+            "erin's own exchange indexed",
+        )
         for query in ("bank password email", "vault combination"):
-            result = call(sock, "memory.recall", {"client_id": "erin", "query": query,
-                                                  "top_k": 10})
+            result = call(sock, "memory.recall", {"client_id": "erin", "query": query, "top_k": 10})
             text = result["text"] + "".join(r["content"] for r in result["results"])
             assert "swordfish" not in text and "31-41-59" not in text, text
     finally:
@@ -236,8 +255,11 @@ def test_symlinked_client_subfolders_refuse_the_client(area: Path) -> None:
     elsewhere = area / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     (memory / "alice" / "sessions").mkdir(parents=True, mode=0o700)
-    links = {"bob": ("sessions", memory / "alice" / "sessions"),
-             "carl": (".memd", elsewhere), "dora": ("archive", elsewhere)}
+    links = {
+        "bob": ("sessions", memory / "alice" / "sessions"),
+        "carl": (".memd", elsewhere),
+        "dora": ("archive", elsewhere),
+    }
     for client, (name, target) in links.items():
         (memory / client).mkdir(mode=0o700)
         (memory / client / name).symlink_to(target)

@@ -119,6 +119,9 @@ class Daemon:
     async def apply_config(self, new: Config) -> None:
         """Bring per-client folders and services in line with `new`."""
         await self.runtime.apply(new)
+        if self.server is not None:  # limits apply to new connections and reads at once
+            self.server.max_connections = new.limits.max_connections
+            self.server.max_buffered = new.limits.max_buffered_bytes
 
     async def reload(self) -> bool:
         """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""

@@ -7,7 +7,9 @@ copy of the model and watchers and recall embed with exactly the same code.
 The server listens on 127.0.0.1 on a random port, and every request must carry the random
 bearer key made for this run (other local users can reach loopback ports). It sets
 TCP_NODELAY on each connection: `http.server` writes headers and body separately, and with
-Nagle's algorithm plus delayed ACKs each call took ~46 ms instead of ~2.4 ms.
+Nagle's algorithm plus delayed ACKs each call took ~46 ms instead of ~2.4 ms. A peer that
+sends nothing for IDLE_TIMEOUT seconds is dropped and at most MAX_WORKERS connections are
+served at once (docs/security.md).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ log = structlog.get_logger()
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_INPUTS = 2048
+IDLE_TIMEOUT = 5.0  # seconds a connection may wait between bytes of its request
+MAX_WORKERS = 32  # connections served at once; 2 watchers per core send one at a time
 
 Embedder = Callable[[list[str]], list[list[float]]]
 
@@ -108,6 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.0"
     server: _Server
+    timeout = IDLE_TIMEOUT  # socket timeout: a peer that sends nothing is dropped
 
     def setup(self) -> None:
         super().setup()
@@ -176,10 +181,33 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, but at most MAX_WORKERS: a connection past that is
+    closed at once (the openai SDK in the watcher retries), so idle peers on the loopback
+    port pin a bounded number of threads and fds (1,239 of them had pinned 384 threads)."""
+
     daemon_threads = True
     allow_reuse_address = False
+    _workers = threading.BoundedSemaphore(1)  # replaced per instance in __init__
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._workers.acquire(blocking=False):
+            log.warning("embedding_server_busy", workers=MAX_WORKERS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._workers.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._workers.release()
 
     def __init__(self, addr: tuple[str, int], api_key: str, model: str, embedder: Embedder):
+        self._workers = threading.BoundedSemaphore(MAX_WORKERS)
         self.api_key = api_key
         self.model = model
         self.embedder = embedder

@@ -81,6 +81,7 @@ _EXCHANGE_TITLE_RE = re.compile(
 )
 TITLE_SEP = " — "
 TITLE_CHARS = 70
+TITLE_SCAN = 4096  # characters of a message a title or label is made from
 _MARKER_RE = re.compile(rf"^\*\*((?:{_LABELS})(?: \([^*\n]*\))?):\*\*(?: |$)")
 _PLAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:+-]*$")
 
@@ -143,7 +144,7 @@ def label(base: str, detail: str = "") -> str:
     """A part label; the detail (tool name, call id, user name) is made single-line and safe."""
     detail = "".join(
         " " if unicodedata.category(ch)[0] in "CZ" else ch
-        for ch in detail.replace("*", "").replace("(", "[").replace(")", "]")
+        for ch in detail[:TITLE_SCAN].replace("*", "").replace("(", "[").replace(")", "]")
     )
     detail = " ".join(detail.split())[:80]
     return f"{base} ({detail})" if detail else base
@@ -187,8 +188,11 @@ def conversation_title(text: str) -> str:
     """A conversation's title from its first user message: one line, at most 70 characters.
 
     Whitespace and control characters collapse to single spaces, so the title can never
-    end the heading line; a longer text is cut at a word boundary and ends with `…`.
+    end the heading line; a longer text is cut at a word boundary and ends with `…`. Only
+    the first TITLE_SCAN characters are looked at, so the cost does not grow with the
+    message (a title of nothing but whitespace in them is empty).
     """
+    text = text[:TITLE_SCAN]  # bounded by what is kept: 3 s on the event loop for 8 MiB
     text = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
     text = " ".join(text.split())
     if len(text) <= TITLE_CHARS:
@@ -365,8 +369,11 @@ class AppendFile:
         fst = os.fstat(fd)
         if not stat.S_ISREG(fst.st_mode) or fst.st_uid != os.geteuid():
             os.close(fd)
-            raise trust.UntrustedPath(self.path, "is not a regular file of memd's uid",
-                                      f"move it away: `mv {self.path} {self.path}.old`")
+            raise trust.UntrustedPath(
+                self.path,
+                "is not a regular file of memd's uid",
+                f"move it away: `mv {self.path} {self.path}.old`",
+            )
         self._fd, self._ino = fd, (fst.st_dev, fst.st_ino)
         return fd, st is None
 

@@ -56,18 +56,22 @@ async def recall(
     *,
     timeout: float = RECALL_TIMEOUT,
     budget: int = CHAR_BUDGET,
+    waiting: int | None = None,
 ) -> dict[str, Any]:
     """Search the client's index, expand the best hits, return `results` and `text`.
 
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
-    or the search overruns `timeout` (the thread is then abandoned, never awaited).
+    or the search overruns `timeout` (the thread is then abandoned, never awaited), and
+    RecallBusyError when `waiting` recalls (default LANE_WAITING; `limits.recall_queue`)
+    already wait behind the client's running ones.
     """
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     fetch = top_k * OVERFETCH + 1
     deadline = time.monotonic() + timeout
     search = _lane(searcher).submit(
-        functools.partial(_search_by, deadline, searcher, query, fetch, after, before)
+        functools.partial(_search_by, deadline, searcher, query, fetch, after, before),
+        LANE_WAITING if waiting is None else waiting,
     )
     try:
         hits = await asyncio.wait_for(search, timeout + 1.0)
@@ -100,6 +104,10 @@ def _search_by(
     return searcher.search(query, fetch, after=after, before=before, timeout=left)
 
 
+class RecallBusyError(Exception):
+    """The client's recall lane is full: overload (kind `busy`), not an index fault."""
+
+
 LANE_THREADS = 2  # searches of one client at once
 # More may queue: a busy gateway has a few connections per client, each with a recall in
 # flight. Past that a recall fails at once; queued ones that outwait their deadline give up.
@@ -114,10 +122,11 @@ class _Lane:
         self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
         self.busy = 0  # submitted and not finished: running or queued
 
-    def submit(self, fn: Callable[[], list[Hit]]) -> asyncio.Future[list[Hit]]:
-        if self.busy >= LANE_THREADS + LANE_WAITING:
-            raise IndexUnavailableError(
-                f"{self.busy} recalls of this client are already waiting for its index"
+    def submit(self, fn: Callable[[], list[Hit]], waiting: int) -> asyncio.Future[list[Hit]]:
+        if self.busy >= LANE_THREADS + waiting:
+            raise RecallBusyError(
+                f"{self.busy} recalls of this client are already running or waiting "
+                f"(limits.recall_queue = {waiting})"
             )
         self.busy += 1
         future = asyncio.get_running_loop().run_in_executor(self.pool, fn)

@@ -220,9 +220,7 @@ def _encode_one(response: dict[str, Any]) -> str:
             _dumps(request_id)
         except (TypeError, ValueError, RecursionError):
             request_id = None  # every request gets a reply, even one whose id cannot be echoed
-        return _dumps(
-            error_response(InternalError("result is not JSON-serializable"), request_id)
-        )
+        return _dumps(error_response(InternalError("result is not JSON-serializable"), request_id))
 
 
 def error_response(exc: RpcError, request_id: Any) -> dict[str, Any]:

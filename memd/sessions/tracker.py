@@ -342,6 +342,11 @@ class ClientSessions:
             if sess is None or sess.state == "active":
                 return
             op = _Op(reopen=sid)
+            layout = self.layout
+            if not (layout.session_file(sid).exists() or layout.archive_file(sid).exists()):
+                # Its files were deleted: the file starts afresh, so the next write must
+                # open with its conversation's header again.
+                sess.last_conv = None
             self._resume(sess, self._clock(), op)
             await self._submit(op)
         finally:

@@ -36,15 +36,20 @@ def hostile_unavailable() -> str | None:
     return None
 
 
-needs_hostile = pytest.mark.skipif(hostile_unavailable() is not None,
-                                   reason=hostile_unavailable() or "")
+needs_hostile = pytest.mark.skipif(
+    hostile_unavailable() is not None, reason=hostile_unavailable() or ""
+)
 
 
 def as_nobody(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run argv as uid/gid 65534 with no supplementary groups."""
     return subprocess.run(
-        ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--",
-         *argv], capture_output=True, text=True, timeout=60, check=check)
+        ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 def nobody_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -65,8 +70,11 @@ def open_area() -> Iterator[Path]:
 
 def area_config(area: Path, clients: dict[str, Any], **extra: Any) -> Path:
     """A config whose memory_dir, socket and HOME live in `area`."""
-    data: dict[str, Any] = {"memory_dir": str(area / "memory"),
-                            "socket": str(area / "run" / "memd.sock"), "clients": clients}
+    data: dict[str, Any] = {
+        "memory_dir": str(area / "memory"),
+        "socket": str(area / "run" / "memd.sock"),
+        "clients": clients,
+    }
     data.update(extra)
     return write_config(area / "config.toml", data)
 
@@ -89,12 +97,18 @@ def sleeper(seconds: int = 900) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", str(seconds)], start_new_session=True)
 
 
-def pidfile_record(proc: subprocess.Popen[bytes], argv: Sequence[str],
-                   stop_signal: int = 9) -> str:
+def pidfile_record(proc: subprocess.Popen[bytes], argv: Sequence[str], stop_signal: int = 9) -> str:
     """What memd writes into a pidfile, describing `proc` (all of it readable from /proc)."""
-    return json.dumps({"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
-                       "argv": list(argv), "name": "planted", "stop_signal": stop_signal,
-                       "memd_pid": 1})
+    return json.dumps(
+        {
+            "pid": proc.pid,
+            "create_time": psutil.Process(proc.pid).create_time(),
+            "argv": list(argv),
+            "name": "planted",
+            "stop_signal": stop_signal,
+            "memd_pid": 1,
+        }
+    )
 
 
 def private_violations(root: Path) -> list[str]:

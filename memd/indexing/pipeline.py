@@ -57,7 +57,8 @@ def _fingerprint(config: Config) -> tuple[Any, ...]:
 def _started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) -> bool:
     """Whether `argv` is this client's index server or watcher as memd starts them: the
     interpreter, module and the client's own data folder or sessions/ must all match."""
-    commands = [settings.watcher_command(config, layout).argv]
+    placeholder = Endpoint("http://127.0.0.1:0/v1", "", "")  # argv[:5] never names it
+    commands = [settings.watcher_command(config, layout, placeholder).argv]
     server = settings.index_server_command(config, layout)
     if server is not None:
         commands.append(server.argv)

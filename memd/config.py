@@ -36,8 +36,9 @@ EMBEDDING_PROVIDERS = (
 )
 # Providers whose SDK needs a key (openai only at its own endpoint).
 KEYED_EMBEDDING_PROVIDERS = ("openai", "google", "voyage", "jina", "mistral")
-CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-TOOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# \Z, not $: "$" also matches before a trailing newline ("alice\n" would pass).
+CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 DEFAULT_MEMORY_DIR = "~/.localrouter/memory"
 
 
@@ -94,6 +95,21 @@ class ProxyConfig:
         return parse_listen(self.listen)
 
 
+class LimitsConfig:
+    """Bounds that keep one caller from stalling the others (docs/security.md).
+
+    Past them new work is refused with a `busy` error (retry later) instead of queued.
+    """
+
+    max_connections: int = 256  # socket connections served at once
+    max_buffered_mib: float = 256.0  # unfinished-line bytes held over all connections
+    recall_queue: int = 16  # recalls of one client waiting behind its two running ones
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        return int(self.max_buffered_mib * 1024 * 1024)
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
@@ -124,6 +140,7 @@ class Config:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -203,6 +220,7 @@ class _Parser:
             "compaction": dict,
             "milvus": dict,
             "proxy": dict,
+            "limits": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -231,6 +249,7 @@ class _Parser:
             compaction=self.compaction(data),
             milvus=self.section(data, "milvus", MilvusConfig),
             proxy=self.proxy(data),
+            limits=self.limits(data),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )
@@ -352,6 +371,17 @@ class _Parser:
             raise self.fail("proxy.max_tool_rounds", "must be between 1 and 20")
         return ProxyConfig(**values)
 
+    def limits(self, data: Mapping[str, Any]) -> LimitsConfig:
+        limits = self.section(data, "limits", LimitsConfig)
+        if limits.max_connections < 1:
+            raise self.fail("limits.max_connections", "must be at least 1")
+        mib = limits.max_buffered_mib
+        if not 0 < mib < float("inf"):
+            raise self.fail("limits.max_buffered_mib", "must be a positive, finite number")
+        if limits.recall_queue < 0:
+            raise self.fail("limits.recall_queue", "must be 0 or more")
+        return limits
+
     def secret(self, value: str, key: str) -> str:
         """`env:VAR` reads the variable so secrets stay out of the file."""
         if not value.startswith("env:"):
@@ -436,9 +466,28 @@ def socket_for(path: str | Path | None) -> tuple[Path, ConfigError | None]:
         error = exc
     data: dict[str, Any] = {}
     try:
-        with contextlib.suppress(OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            raw = tomllib.loads(resolve_config_path(path).read_text(encoding="utf-8"))
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = resolve_config_path(path).read_text(encoding="utf-8")
+            try:
+                raw = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:  # invalid TOML: read the two keys line by line
+                raw = _top_level_lines(text, ("memory_dir", "socket"))
             data = {k: raw[k] for k in ("memory_dir", "socket") if isinstance(raw.get(k), str)}
         return parse_config(data, source=resolve_config_path(path)).socket, error
     except ConfigError:
         return parse_config({}).socket, error
+
+
+def _top_level_lines(text: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`key = value` lines before the first table, each parsed alone: the keys a daemon
+    running on the last good config still uses, taken from a file that is not TOML."""
+    found: dict[str, Any] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            break
+        name = stripped.split("=", 1)[0].strip()
+        if name in keys:
+            with contextlib.suppress(tomllib.TOMLDecodeError):
+                found.update(tomllib.loads(stripped))
+    return found

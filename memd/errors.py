@@ -36,6 +36,7 @@ class DomainCode(IntEnum):
     NOT_FOUND = -32009
     COMPACTION_ERROR = -32010
     EXCHANGE_CONFLICT = -32011
+    BUSY = -32012  # a bound on connections, buffers or a recall lane is full: retry later
 
 
 DOMAIN_RANGE = range(-32099, -31999)
@@ -168,6 +169,10 @@ class CompactionError(MemdError):
 
 class ExchangeConflict(MemdError):
     code = DomainCode.EXCHANGE_CONFLICT
+
+
+class Busy(MemdError):
+    code = DomainCode.BUSY
 
 
 def error_class(code: int) -> type[RpcError]:

@@ -20,7 +20,7 @@ import structlog
 from memd import recall as rc
 from memd.access import check_client_id, memory_client
 from memd.api.app import App
-from memd.errors import IndexUnavailable, InvalidParams, MemdError, Timeout
+from memd.errors import Busy, IndexUnavailable, InvalidParams, MemdError, Timeout
 from memd.indexing import IndexUnavailableError
 from memd.rpc import JsonParams, Params, Registry
 
@@ -59,7 +59,14 @@ def register(registry: Registry, app: App) -> None:
                 args.after,
                 args.before,
                 runtime.layout,
+                waiting=app.runtime.config.limits.recall_queue,
             )
+        except rc.RecallBusyError as exc:
+            log.warning("recall.busy", client=client_id, error=str(exc))
+            raise Busy(
+                f"recall for client {client_id!r} is busy: {exc}; retry shortly",
+                data={"client_id": client_id},
+            ) from None
         except IndexUnavailableError as exc:
             log.warning("recall.unavailable", client=client_id, error=str(exc))
             raise IndexUnavailable(
@@ -145,11 +152,12 @@ async def call_tool(
             args.after,
             args.before,
             runtime.layout,
+            waiting=config.limits.recall_queue,
         )
     except IndexUnavailableError as exc:
         log.warning("recall.unavailable", client=client_id, error=str(exc))
         return tool_result(UNAVAILABLE_TEXT, error=True)
-    except rc.RecallTimeoutError as exc:
+    except (rc.RecallTimeoutError, rc.RecallBusyError) as exc:
         log.warning("recall.timeout", client=client_id, error=str(exc))
         return tool_result(BUSY_TEXT, error=True)
     except Exception:

@@ -58,12 +58,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from memd.daemon import run_daemon
     from memd.logs import configure_logging
     from memd.rpc import SocketSetupError
+    from memd.trust import UntrustedPath
 
     configure_logging(args.log_level)
     path, config = load(args)
     try:
         return run_daemon(path, config, services=proxy_cli.services())
-    except SocketSetupError as exc:
+    except (SocketSetupError, UntrustedPath) as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
 

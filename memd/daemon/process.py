@@ -14,7 +14,7 @@ import psutil
 import structlog
 import watchfiles
 
-from memd import __version__, heap
+from memd import __version__, heap, trust
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.daemon.notify import SystemdNotifier
@@ -148,6 +148,9 @@ class Daemon:
         if self._services_started:
             for service in self.services:
                 await service.apply(new)
+        if self.server is not None:  # limits apply to new connections and reads at once
+            self.server.max_connections = new.limits.max_connections
+            self.server.max_buffered = new.limits.max_buffered_bytes
 
     async def reload(self) -> bool:
         """Parse -> validate -> diff -> apply; a bad edit keeps the last good config."""
@@ -316,4 +319,6 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 def run_daemon(config_path: Path, config: Config, services: Sequence[Service] = ()) -> int:
     """Entry point for `memd run`; `services` are the front ends it runs beside the socket."""
     heap.tune()  # before any thread starts: see memd/heap.py
+    os.umask(trust.PRIVATE_UMASK)  # every file memd and its children create: 0600 / 0700
+    trust.ensure_memory_dir(config.memory_dir)
     return asyncio.run(Daemon(config_path, config, services=services).run())

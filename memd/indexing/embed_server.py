@@ -10,6 +10,8 @@ aiohttp, the stack of `memd proxy`, on an event loop of its own thread. Its pred
 `http.server` needed TCP_NODELAY set by hand (headers and body went out as two writes:
 with Nagle's algorithm plus delayed ACKs a call took ~46 ms instead of ~2.4 ms); asyncio
 sets TCP_NODELAY on every TCP transport, and aiohttp sends a small answer in one write.
+Connections cost no thread each (one event loop serves them all), and a peer that sends
+nothing for IDLE_TIMEOUT seconds is dropped (docs/security.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from aiohttp import web
 from memd.indexing import embedding
 
 log = structlog.get_logger()
+
+IDLE_TIMEOUT = 5.0  # seconds an idle connection is kept open
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_INPUTS = 2048
@@ -228,7 +232,9 @@ class EmbeddingServer:
 
     async def _listen(self) -> web.AppRunner:
         app = _App(self._api_key, self._model, self._embedder).application()
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=IDLE_TIMEOUT
+        )
         await runner.setup()
         site = web.TCPSite(runner, self._host, 0)
         try:

@@ -14,13 +14,14 @@ import asyncio
 import functools
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from memd import trust
 from memd.config import Config
 from memd.indexing import maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
@@ -53,6 +54,17 @@ def _fingerprint(config: Config) -> tuple[Any, ...]:
     return (config.embedding, config.milvus)
 
 
+def _started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) -> bool:
+    """Whether `argv` is this client's index server or watcher as memd starts them: the
+    interpreter, module and the client's own data folder or sessions/ must all match."""
+    placeholder = Endpoint("http://127.0.0.1:0/v1", "", "")  # argv[:5] never names it
+    commands = [settings.watcher_command(config, layout, placeholder).argv]
+    server = settings.index_server_command(config, layout)
+    if server is not None:
+        commands.append(server.argv)
+    return any(list(argv[:5]) == list(command[:5]) for command in commands)
+
+
 class Pipelines:
     """Owns the supervisor, the embedding endpoint and every client's pipeline."""
 
@@ -65,13 +77,27 @@ class Pipelines:
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
 
-    async def start(self, memory_dir: Path) -> None:
-        """Reap what a crashed memd left behind, then start ticking the supervisor."""
-        if memory_dir.is_dir():
-            for state_dir in memory_dir.glob("*/.memd"):
-                reaped = await asyncio.to_thread(reap_leftovers, state_dir)
-                if reaped:
-                    log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
+    async def start(self, config: Config) -> None:
+        """Reap what a crashed memd left behind, then start ticking the supervisor.
+
+        Only configured clients' folders are looked at, only if they pass the trust rule,
+        and only children memd starts for that client are stopped (see `_started_by_memd`):
+        a pidfile is readable data anyone could have written.
+        """
+        for client_id in sorted(config.clients):
+            layout = ClientLayout(config.memory_dir, client_id)
+            try:
+                trust.check_dir(layout.root)
+                trust.check_dir(layout.state_dir)
+            except FileNotFoundError:
+                continue
+            except trust.UntrustedPath as exc:
+                log.warning("pipeline.leftovers_not_reaped", client=client_id, error=str(exc))
+                continue
+            expected = functools.partial(_started_by_memd, config, layout)
+            reaped = await asyncio.to_thread(reap_leftovers, layout.state_dir, expected=expected)
+            if reaped:
+                log.warning("pipeline.reaped_leftovers", dir=str(layout.state_dir), pids=reaped)
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 

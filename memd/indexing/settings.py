@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from memd import trust
 from memd.config import Config, EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.embed_server import Endpoint
@@ -348,9 +349,10 @@ def watcher_env(
 def ensure_dirs(layout: ClientLayout) -> None:
     """Folders the commands above expect (on top of `layout.ensure()`)."""
     layout.ensure()
-    watcher_home(layout).mkdir(mode=0o700, parents=True, exist_ok=True)
+    trust.ensure_dir(watcher_home(layout))
     sock_dir = index_socket_path(layout).parent
     sock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    trust.check_dir(sock_dir)  # the short fallback under /tmp must be ours alone
 
 
 def is_dimension_mismatch(watcher_output: str) -> bool:

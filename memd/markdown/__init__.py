@@ -15,7 +15,7 @@ if TYPE_CHECKING:
         replace_file,
         retitle,
     )
-    from memd.markdown.lines import read_lines
+    from memd.markdown.lines import lines_of, read_lines
     from memd.markdown.summary import (
         parse_summary_title,
         read_front_matter,
@@ -58,6 +58,7 @@ __all__ = [
     "heading_time",
     "iso",
     "label",
+    "lines_of",
     "parse_exchange_title",
     "parse_summary_title",
     "parse_transcript",
@@ -86,7 +87,7 @@ __getattr__ = public_face(
             "replace_file",
             "retitle",
         ),
-        "lines": ("read_lines",),
+        "lines": ("lines_of", "read_lines"),
         "summary": (
             "parse_summary_title",
             "read_front_matter",

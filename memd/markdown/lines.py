@@ -69,7 +69,11 @@ class FileLines(Sequence[str]):
 
 def read_lines(path: Path) -> Sequence[str]:
     """The file's lines as `path.read_text(errors="replace").splitlines()` would give them."""
-    data = path.read_bytes()
+    return lines_of(path.read_bytes())
+
+
+def lines_of(data: bytes) -> Sequence[str]:
+    """`read_lines` of bytes already read (recall reads through a checked descriptor)."""
     if _has_other_breaks(data):
         return data.decode("utf-8", "replace").splitlines()
     return FileLines(data)

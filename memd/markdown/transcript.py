@@ -44,11 +44,13 @@ them disagree about where a section starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from pathlib import Path
 
 import structlog
 
+from memd import trust
 from memd.layout import ClientLayout
 
 log = structlog.get_logger()
@@ -68,6 +71,7 @@ TAIL_BYTES = 64
 # Longest alternatives first: "Tool call" must win over "Tool".
 _LABELS = "Tool call|Function call|User|Assistant|System|Developer|Tool|Function"
 _ROLE_WORDS = "User|Assistant|System|Developer|Tool|Function"
+_BREAK_CHARS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAKS_RE = re.compile("\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _STRUCTURAL = rf"\\*(?:#|---|\*\*(?:{_ROLE_WORDS})\b)"
 _ESCAPE_RE = re.compile(rf"^(?={_STRUCTURAL})", re.MULTILINE)
@@ -78,6 +82,7 @@ _EXCHANGE_TITLE_RE = re.compile(
 )
 TITLE_SEP = " — "
 TITLE_CHARS = 70
+TITLE_SCAN = 4096  # characters of a message a title or label is made from
 _MARKER_RE = re.compile(rf"^\*\*((?:{_LABELS})(?: \([^*\n]*\))?):\*\*(?: |$)")
 _PLAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:+-]*$")
 
@@ -118,7 +123,11 @@ class ParsedTranscript:
 
 def clean_text(text: str) -> str:
     """Make text safe to write: one kind of line break, no lone surrogates (invalid UTF-8)."""
-    text = _BREAKS_RE.sub("\n", text)
+    # `in` scans at memchr speed; the regex took 0.75 s over 8 MiB on the event loop.
+    if any(ch in text for ch in _BREAK_CHARS):
+        text = _sub_in_pieces(_BREAKS_RE, "\n", text)
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -128,7 +137,36 @@ def clean_text(text: str) -> str:
 
 def escape_text(text: str) -> str:
     """Demote lines that would read as structure (headings, fences, role markers)."""
-    return _ESCAPE_RE.sub("\\\\", text)
+    return _sub_in_pieces(_ESCAPE_RE, "\\", text)
+
+
+SUB_CHUNK = 64 * 1024
+_LOOKAHEAD = 256  # characters past a piece a match that starts in it may look at
+
+
+def _sub_in_pieces(pattern: re.Pattern[str], literal: str, text: str) -> str:
+    """`pattern.sub` with a literal replacement, in pieces of SUB_CHUNK characters.
+
+    One `re.sub` never lets go of the GIL: over 8 MiB it held every other thread, the
+    event loop included, for most of a second even when run in a worker thread. Here the
+    matching runs per piece (`finditer` with pos/endpos keeps `^` true to real line
+    starts), so the interpreter can switch threads between pieces.
+    """
+    if len(text) <= SUB_CHUNK:
+        return pattern.sub(literal.replace("\\", "\\\\"), text)
+    out: list[str] = []
+    last = pos = 0
+    size = len(text)
+    while pos < size:
+        end = min(size, pos + SUB_CHUNK)
+        for m in pattern.finditer(text, pos, min(size, end + _LOOKAHEAD)):
+            if m.start() >= end:
+                break
+            out += (text[last : m.start()], literal)
+            last = m.end()
+        pos = max(end, last)
+    out.append(text[last:])
+    return "".join(out)
 
 
 def unescape_text(text: str) -> str:
@@ -140,7 +178,7 @@ def label(base: str, detail: str = "") -> str:
     """A part label; the detail (tool name, call id, user name) is made single-line and safe."""
     detail = "".join(
         " " if unicodedata.category(ch)[0] in "CZ" else ch
-        for ch in detail.replace("*", "").replace("(", "[").replace(")", "]")
+        for ch in detail[:TITLE_SCAN].replace("*", "").replace("(", "[").replace(")", "]")
     )
     detail = " ".join(detail.split())[:80]
     return f"{base} ({detail})" if detail else base
@@ -160,7 +198,10 @@ def iso(ts: float) -> str:
 
 
 def heading_time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime(HEADING_TIME)
+    # The year by hand: strftime's %Y gives "999", not "0999", for years before 1000 on
+    # glibc, and headings must read back (strptime and the heading pattern want 4 digits).
+    when = when.astimezone(UTC)
+    return f"{when.year:04d}-" + when.strftime(HEADING_TIME.removeprefix("%Y-"))
 
 
 def front_matter(client_id: str, session_id: str, started: float) -> str:
@@ -181,8 +222,11 @@ def conversation_title(text: str) -> str:
     """A conversation's title from its first user message: one line, at most 70 characters.
 
     Whitespace and control characters collapse to single spaces, so the title can never
-    end the heading line; a longer text is cut at a word boundary and ends with `…`.
+    end the heading line; a longer text is cut at a word boundary and ends with `…`. Only
+    the first TITLE_SCAN characters are looked at, so the cost does not grow with the
+    message (a title of nothing but whitespace in them is empty).
     """
+    text = text[:TITLE_SCAN]  # bounded by what is kept: 3 s on the event loop for 8 MiB
     text = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)
     text = " ".join(text.split())
     if len(text) <= TITLE_CHARS:
@@ -197,18 +241,24 @@ def conversation_title(text: str) -> str:
 
 
 def exchange_block(
-    number: int, when: datetime, parts: Sequence[Part], note: str = "", title: str = ""
+    number: int,
+    when: datetime,
+    parts: Sequence[Part],
+    note: str = "",
+    title: str = "",
+    body: str | None = None,
 ) -> str:
     """One exchange under its own `##` heading, so question and answer share a chunk.
 
     The heading carries the conversation's title (made safe with `conversation_title`)
-    so that follow-up questions are found by the conversation's topic.
+    so that follow-up questions are found by the conversation's topic. `body` is
+    `parts_block(parts)` made beforehand (off the event loop, for a big exchange).
     """
     heading = f"{heading_time(when)} · exchange {number}" + (f" · {note}" if note else "")
     title = conversation_title(title)
     if title:
         heading += TITLE_SEP + title
-    return f"## {heading}\n\n" + parts_block(parts)
+    return f"## {heading}\n\n" + (parts_block(parts) if body is None else body)
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -343,7 +393,7 @@ class AppendFile:
 
     def _open(self) -> tuple[int, bool]:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)  # a symlink is not our file: never followed (memd.trust)
         except FileNotFoundError:
             st = None
         if self._fd is not None and st is not None and (st.st_dev, st.st_ino) == self._ino:
@@ -351,12 +401,19 @@ class AppendFile:
         if self._fd is not None:
             log.warning("transcript.replaced_reopened", path=str(self.path))
         self.close()
-        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the tail digest
+        flags = os.O_RDWR | os.O_APPEND  # read: the tail digest
         if st is None:
-            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = trust.open_nofollow(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         else:
-            fd = os.open(self.path, flags)
+            fd = trust.open_nofollow(self.path, flags | os.O_NONBLOCK)  # a FIFO must not hang
         fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or fst.st_uid != os.geteuid():
+            os.close(fd)
+            raise trust.UntrustedPath(
+                self.path,
+                "is not a regular file of memd's uid",
+                f"move it away: `mv {self.path} {self.path}.old`",
+            )
         self._fd, self._ino = fd, (fst.st_dev, fst.st_ino)
         return fd, st is None
 
@@ -427,7 +484,14 @@ def restore(layout: ClientLayout, session_id: str) -> Path:
 
 
 def _move(src: Path, dst: Path) -> Path:
-    dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Move a transcript between trusted folders: both real folders of ours, the source a
+    regular file and the target no symlink (rename replaces a link, but the link's
+    presence means someone else's hand was there)."""
+    trust.ensure_dir(dst.parent)
+    trust.check_dir(src.parent)
+    if not trust.check_file(src, tighten=False):
+        raise FileNotFoundError(errno.ENOENT, "no such transcript", str(src))
+    trust.check_file(dst, tighten=False)
     os.replace(src, dst)
     fsync_dir(dst.parent)
     fsync_dir(src.parent)

@@ -8,7 +8,14 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.recall.output import Memory, Source, allot, clip, render
-    from memd.recall.service import OVERFETCH, RecallTimeoutError, collect, contained_path, recall
+    from memd.recall.service import (
+        OVERFETCH,
+        RecallBusyError,
+        RecallTimeoutError,
+        collect,
+        contained_path,
+        recall,
+    )
     from memd.recall.tool import (
         MAX_QUERY_CHARS,
         NO_RESULTS,
@@ -29,6 +36,7 @@ __all__ = [
     "Memory",
     "RecallArgs",
     "RecallArgumentError",
+    "RecallBusyError",
     "RecallTimeoutError",
     "Source",
     "allot",
@@ -55,6 +63,7 @@ __getattr__ = public_face(
         ),
         "service": (
             "OVERFETCH",
+            "RecallBusyError",
             "RecallTimeoutError",
             "collect",
             "contained_path",

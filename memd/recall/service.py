@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
 import time
 import weakref
@@ -25,9 +26,10 @@ from typing import Any
 
 import structlog
 
+from memd import trust
 from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
 from memd.layout import ClientLayout
-from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, read_lines
+from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, lines_of
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
 
 log = structlog.get_logger()
@@ -54,18 +56,22 @@ async def recall(
     *,
     timeout: float = RECALL_TIMEOUT,
     budget: int = CHAR_BUDGET,
+    waiting: int | None = None,
 ) -> dict[str, Any]:
     """Search the client's index, expand the best hits, return `results` and `text`.
 
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
-    or the search overruns `timeout` (the thread is then abandoned, never awaited).
+    or the search overruns `timeout` (the thread is then abandoned, never awaited), and
+    RecallBusyError when `waiting` recalls (default LANE_WAITING; `limits.recall_queue`)
+    already wait behind the client's running ones.
     """
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     fetch = top_k * OVERFETCH + 1
     deadline = time.monotonic() + timeout
     search = _lane(searcher).submit(
-        functools.partial(_search_by, deadline, searcher, query, fetch, after, before)
+        functools.partial(_search_by, deadline, searcher, query, fetch, after, before),
+        LANE_WAITING if waiting is None else waiting,
     )
     try:
         hits = await asyncio.wait_for(search, timeout + 1.0)
@@ -98,6 +104,10 @@ def _search_by(
     return searcher.search(query, fetch, after=after, before=before, timeout=left)
 
 
+class RecallBusyError(Exception):
+    """The client's recall lane is full: overload (kind `busy`), not an index fault."""
+
+
 LANE_THREADS = 2  # searches of one client at once
 # More may queue: a busy gateway has a few connections per client, each with a recall in
 # flight. Past that a recall fails at once; queued ones that outwait their deadline give up.
@@ -112,10 +122,11 @@ class _Lane:
         self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
         self.busy = 0  # submitted and not finished: running or queued
 
-    def submit(self, fn: Callable[[], list[Hit]]) -> asyncio.Future[list[Hit]]:
-        if self.busy >= LANE_THREADS + LANE_WAITING:
-            raise IndexUnavailableError(
-                f"{self.busy} recalls of this client are already waiting for its index"
+    def submit(self, fn: Callable[[], list[Hit]], waiting: int) -> asyncio.Future[list[Hit]]:
+        if self.busy >= LANE_THREADS + waiting:
+            raise RecallBusyError(
+                f"{self.busy} recalls of this client are already running or waiting "
+                f"(limits.recall_queue = {waiting})"
             )
         self.busy += 1
         future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
@@ -150,8 +161,10 @@ def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memor
         if path is None:
             log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
             continue
-        if not path.is_file():
-            continue  # deleted since it was indexed: deleting a file removes it from recall
+        if not reader.servable(path):
+            # Deleted since it was indexed (deleting a file removes it from recall), or not
+            # a regular file of memd's uid opened without following a link (memd.trust).
+            continue
         if _is_front_matter_only(hit):
             continue
         section = expand_hit(hit, sessions, reader.lines(path))
@@ -177,16 +190,21 @@ def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memor
 
 
 def contained_path(source: str, sessions: Path) -> Path | None:
-    """The source file if it lies inside the client's `sessions/` (symlinks resolved), else None.
+    """The source file if it lies inside the client's `sessions/` (the resolved folder),
+    else None. Nothing of the source itself is resolved: a symlink anywhere below
+    sessions/ makes it unservable, rather than leading to wherever it points (a
+    `bob/sessions -> alice/sessions` link passed a check that resolved both sides).
 
     This is what keeps another client's chunk unresolvable even if one ever reached this
     client's results: only files under the requesting client's own sessions/ are read.
     """
     try:
-        path = Path(source).resolve()
-    except (OSError, RuntimeError, ValueError):
+        path = Path(os.path.normpath(source))
+    except (TypeError, ValueError):
         return None
-    return path if path.is_relative_to(sessions) and path != sessions else None
+    if not path.is_absolute() or not trust.trusted_below(path, sessions):
+        return None
+    return path
 
 
 def describe_source(
@@ -235,15 +253,27 @@ class _LineCache:
     """Each source file is read at most once per recall (lines decoded only when used)."""
 
     def __init__(self) -> None:
-        self._lines: dict[Path, Sequence[str]] = {}
+        self._lines: dict[Path, Sequence[str] | None] = {}  # None: not servable
+
+    def servable(self, path: Path) -> bool:
+        """Read the file if recall may serve it (memd.trust.open_served); False if not."""
+        if path in self._lines:
+            return self._lines[path] is not None
+        fd = trust.open_served(path)
+        if fd is None:
+            self._lines[path] = None
+            return False
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                self._lines[path] = lines_of(fh.read())
+        except OSError:
+            self._lines[path] = None
+        return self._lines[path] is not None
 
     def lines(self, path: Path) -> Sequence[str]:
-        if path not in self._lines:
-            try:
-                self._lines[path] = read_lines(path)
-            except OSError:
-                self._lines[path] = []
-        return self._lines[path]
+        if not self.servable(path):
+            return []
+        return self._lines[path] or []
 
 
 def _front_matter_end(lines: list[str]) -> int:

@@ -193,6 +193,14 @@ def parse_query(value: Any) -> str:
         raise RecallArgumentError(
             "query", f"query is {len(value)} characters long; keep it under {MAX_QUERY_CHARS}"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\\ud800" in JSON): no text
+        raise RecallArgumentError(
+            "query",
+            f"query holds a lone surrogate at character {exc.start}, which is not "
+            "valid Unicode text; send the query as UTF-8 text",
+        ) from None
     return value.strip()
 
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -214,9 +215,12 @@ def _encode_one(response: dict[str, Any]) -> str:
         return _dumps(response)
     except (TypeError, ValueError, RecursionError) as exc:
         log.error("rpc.result_not_json", id=response.get("id"), error=repr(exc)[:200])
-        return _dumps(
-            error_response(InternalError("result is not JSON-serializable"), response.get("id"))
-        )
+        request_id = response.get("id")
+        try:
+            _dumps(request_id)
+        except (TypeError, ValueError, RecursionError):
+            request_id = None  # every request gets a reply, even one whose id cannot be echoed
+        return _dumps(error_response(InternalError("result is not JSON-serializable"), request_id))
 
 
 def error_response(exc: RpcError, request_id: Any) -> dict[str, Any]:
@@ -229,7 +233,10 @@ _REQUEST_KEYS = frozenset(("jsonrpc", "method", "params", "id"))
 
 
 def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+    """A string, a number that can be echoed (1e999 parses as infinity: it cannot) or null."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or (isinstance(value, str | int) and not isinstance(value, bool))
 
 
 def _request_id(message: Any) -> Any:

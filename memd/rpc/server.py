@@ -23,7 +23,8 @@ from typing import Any
 
 import structlog
 
-from memd.errors import ParseError, PayloadTooLarge
+from memd import trust
+from memd.errors import Busy, ParseError, PayloadTooLarge
 from memd.rpc.protocol import (
     MAX_BATCH,
     MAX_LINE,
@@ -37,6 +38,10 @@ from memd.rpc.protocol import (
 log = structlog.get_logger()
 
 MAX_INFLIGHT = 64
+MAX_CONNECTIONS = 256
+MAX_BUFFERED = 256 * 1024 * 1024  # unfinished-line bytes over all connections
+READ_CHUNK = 64 * 1024
+OFFLOAD_DECODE = 1024 * 1024  # lines longer than this are decoded in a thread
 BACKLOG = 256
 
 
@@ -75,11 +80,17 @@ class RpcServer:
         allowed_uid: int | None = None,
         max_batch: int = MAX_BATCH,
         max_inflight: int = MAX_INFLIGHT,
+        max_connections: int = MAX_CONNECTIONS,
+        max_buffered: int = MAX_BUFFERED,
     ) -> None:
         self.path = Path(path)
         self.dispatcher = Dispatcher(registry, max_batch)
         self.max_line = max_line
         self.max_inflight = max_inflight
+        # Settable while serving (a config reload): checked at each connect and read.
+        self.max_connections = max_connections
+        self.max_buffered = max_buffered
+        self.buffered = 0  # bytes of unfinished lines held, over all connections
         self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
@@ -105,7 +116,7 @@ class RpcServer:
             st = os.stat(self.path)
             self._socket_id = (st.st_dev, st.st_ino)
             self._server = await asyncio.start_unix_server(
-                self._on_connect, sock=sock, limit=self.max_line, backlog=BACKLOG
+                self._on_connect, sock=sock, limit=READ_CHUNK, backlog=BACKLOG
             )
         except BaseException:
             if sock is not None:
@@ -156,6 +167,20 @@ class RpcServer:
                 log.warning("rpc.peer_refused", peer_uid=uid, peer_pid=pid)
             writer.transport.abort()
             return
+        if len(self._connections) >= self.max_connections:
+            log.warning(
+                "rpc.connection_refused",
+                connections=len(self._connections),
+                limit=self.max_connections,
+            )
+            exc = Busy(
+                f"memd already serves {self.max_connections} connections "
+                "(limits.max_connections); retry later",
+                data={"limit": self.max_connections},
+            )
+            writer.write(encode(error_response(exc, None)))
+            writer.close()
+            return
         conn = _Connection(self, reader, writer)
         task = asyncio.get_running_loop().create_task(conn.serve())
         conn.task = task
@@ -180,6 +205,8 @@ class _Connection:
         self, server: RpcServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self._dispatcher = server.dispatcher
+        self._server = server
+        self._pending = bytearray()
         self._max_line = server.max_line
         self._reader = reader
         self._writer = writer
@@ -223,21 +250,55 @@ class _Connection:
             self._abort()
 
     async def _read_loop(self) -> None:
-        reader = self._reader
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # the StreamReader's limit: a line longer than max_line
+        try:
+            await self._read_lines()
+        finally:
+            self._server.buffered -= len(self._pending)
+            self._pending.clear()
+
+    async def _next_line(self) -> bytes | None:
+        """The next line (None: the connection is done), holding its unfinished part in
+        `_pending`, counted against the per-line and the server-wide bounds."""
+        pending, server = self._pending, self._server
+        scanned = 0
+        while (end := pending.find(b"\n", scanned)) < 0:
+            scanned = len(pending)
+            if scanned > self._max_line:
                 await self._refuse_oversize()
-                return
+                return None
+            if server.buffered > server.max_buffered:
+                await self._refuse_buffered()
+                return None
+            try:
+                chunk = await self._reader.read(READ_CHUNK)
             except OSError:
-                return
-            if not line:
-                return
+                return None
+            if not chunk:  # EOF: an unterminated last line still counts as a line
+                if not pending:
+                    return None
+                pending += b"\n"
+                server.buffered += 1
+                end = len(pending) - 1
+                break
+            pending += chunk
+            server.buffered += len(chunk)
+        if end > self._max_line:
+            await self._refuse_oversize()
+            return None
+        line = bytes(pending[: end + 1])
+        del pending[: end + 1]
+        server.buffered -= len(line)
+        return line
+
+    async def _read_lines(self) -> None:
+        while (line := await self._next_line()) is not None:
             if line.isspace():
                 continue
             try:
-                message = decode(line)
+                if len(line) > OFFLOAD_DECODE:  # megabytes of JSON: not on the event loop
+                    message = await asyncio.to_thread(decode, line)
+                else:
+                    message = decode(line)
             except ParseError as exc:
                 await self._send(encode(error_response(exc, None)))
                 continue
@@ -263,6 +324,16 @@ class _Connection:
         with contextlib.suppress(OSError):
             await writer.drain()
 
+    async def _refuse_buffered(self) -> None:
+        limit = self._server.max_buffered
+        log.warning("rpc.buffered_limit", limit=limit)
+        exc = Busy(
+            f"memd holds over {limit} bytes of unfinished lines from all connections "
+            "(limits.max_buffered_mib); closing this one, retry later",
+            data={"limit": limit},
+        )
+        await self._send(encode(error_response(exc, None)))
+
     async def _refuse_oversize(self) -> None:
         log.warning("rpc.payload_too_large", limit=self._max_line)
         exc = PayloadTooLarge(
@@ -278,12 +349,15 @@ class _Connection:
 
 
 def _prepare_dir(directory: Path) -> None:
-    """Create missing directories 0700; refuse an existing one that others could write to."""
+    """Create missing directories 0700; refuse an existing one that others could write to,
+    and any folder on the way from `/` that others could use to swap it (trust.check_chain:
+    OpenSSH's StrictModes rule)."""
     missing = []
     current = directory
     while not current.exists():
         missing.append(current)
         current = current.parent
+    _check_chain(current if missing else directory.parent)  # the folder itself: below
     for path in reversed(missing):
         try:
             path.mkdir(mode=0o700)
@@ -304,11 +378,26 @@ def _prepare_dir(directory: Path) -> None:
             f"could be replaced; run `chmod go-w {directory}` or choose "
             "another socket path"
         )
+    _check_chain(directory)
+
+
+def _check_chain(directory: Path) -> None:
+    try:
+        trust.check_chain(directory)
+    except trust.UntrustedPath as exc:
+        raise SocketSetupError(f"refusing socket {directory}: {exc}") from None
 
 
 def _lock(path: Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = trust.open_nofollow(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except trust.UntrustedPath as exc:
+        raise SocketSetupError(f"cannot lock the socket: {exc}") from None
+    except OSError as exc:
+        raise SocketSetupError(
+            f"cannot open the socket's lock file {lock_path}: {exc.strerror}"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -368,14 +368,20 @@ def _arguments(value: Any, where: str, render: bool) -> tuple[str, str]:
         shown = clean_text(value) if render else ""
         try:
             parsed = json.loads(value)
-        except ValueError:
+            return _canonical(parsed), shown
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply: plain text
             return _normalise(value), shown
-    elif isinstance(value, dict | list):
-        parsed = value
-        shown = clean_text(json.dumps(value, ensure_ascii=False)) if render else ""
-    else:
-        raise InvalidRecord(f"{where} must be a string or an object", where)
-    return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False), shown
+    if isinstance(value, dict | list):
+        try:
+            shown = clean_text(json.dumps(value, ensure_ascii=False)) if render else ""
+            return _canonical(value), shown
+        except RecursionError:
+            raise InvalidRecord(f"{where} is nested too deeply", where) from None
+    raise InvalidRecord(f"{where} must be a string or an object", where)
+
+
+def _canonical(parsed: Any) -> str:
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _content(value: Any, where: str, render: bool) -> tuple[str, str]:

@@ -20,6 +20,7 @@ where the file is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from memd import trust
 from memd.layout import ClientLayout
 from memd.markdown import transcript
 from memd.sessions import chat
@@ -216,6 +218,10 @@ class StateStore:
     def open(self) -> Loaded:
         self.layout.ensure()
         path = self.layout.state_dir / STATE_FILE
+        # sqlite follows symlinks and makes WAL and SHM files beside the database: each
+        # must be a regular file of ours (made 0600 if an older memd left it readable).
+        for name in (STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm"):
+            trust.check_file(self.layout.state_dir / name)
         fresh = not path.exists()
         # check_same_thread: only the IO thread may touch this connection. sqlite3's
         # statement cache is not safe across threads (cpython#118172: "bad parameter or
@@ -400,7 +406,11 @@ class StateStore:
             db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # sqlite ends the transaction itself on some errors (SQLITE_FULL, IOERR); a
+            # ROLLBACK then fails with "no transaction is active" and would hide them.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
 
     def close(self) -> None:

@@ -45,12 +45,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import structlog
+
+from memd import trust
+from memd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec
@@ -355,7 +358,16 @@ def _signal_group(proc: psutil.Process, sig: int) -> None:
             os.kill(proc.pid, sig)
 
 
-def reap_leftovers(pidfile_dir: Path, *, timeout: float = 5.0, pattern: str = "*.pid") -> list[int]:
+STOP_SIGNALS = frozenset((signal.SIGINT, signal.SIGTERM))
+
+
+def reap_leftovers(
+    pidfile_dir: Path,
+    *,
+    timeout: float = 5.0,
+    pattern: str = "*.pid",
+    expected: Callable[[Sequence[str]], bool] | None = None,
+) -> list[int]:
     """Stop children an earlier memd left behind; call it before starting new ones.
 
     For each pidfile in pidfile_dir: if its pid is alive with the recorded create_time,
@@ -363,16 +375,32 @@ def reap_leftovers(pidfile_dir: Path, *, timeout: float = 5.0, pattern: str = "*
     signal, then SIGKILL after `timeout`. Anything else is a stale record (the pid may now
     belong to an unrelated process) and is left alone. All matching pidfiles are removed.
     Returns the pids that were stopped. Blocking (up to 2 x timeout): run it at startup.
+
+    Everything in a pidfile can be read from /proc by anyone, so a record proves nothing
+    by itself: `expected(argv)` says whether the recorded program is one the caller
+    starts (memd: its index server or watcher for that very client); others are left
+    alone. A pidfile that is a symlink or not ours is ignored, and the recorded stop
+    signal is used only if it is SIGINT or SIGTERM.
     """
     found: list[tuple[Path, psutil.Process, int]] = []
     for path in sorted(pidfile_dir.glob(pattern)):
+        try:
+            trust.check_file(path, tighten=False)
+        except UntrustedPath as exc:
+            log.warning("pidfile.untrusted", path=str(path), error=str(exc))
+            continue
         record = read_pidfile(path)
+        if record is not None and expected is not None and not _expected(record, expected):
+            log.warning("pidfile.not_ours", path=str(path), argv=record.get("argv"))
+            record = None
         proc = _recorded_process(record) if record is not None else None
         if record is None or proc is None:
             log.info("child.stale_pidfile_removed", path=str(path), pid=(record or {}).get("pid"))
             path.unlink(missing_ok=True)
             continue
         sig = int(record.get("stop_signal", signal.SIGTERM))
+        if sig not in STOP_SIGNALS:
+            sig = signal.SIGTERM
         log.warning("child.leftover_stopping", name=record.get("name"), pid=proc.pid)
         found.append((path, proc, sig))
     for _, proc, sig in found:
@@ -386,3 +414,8 @@ def reap_leftovers(pidfile_dir: Path, *, timeout: float = 5.0, pattern: str = "*
     for path, _, _ in found:
         path.unlink(missing_ok=True)
     return [proc.pid for _, proc, _ in found]
+
+
+def _expected(record: dict[str, Any], expected: Callable[[Sequence[str]], bool]) -> bool:
+    argv = record.get("argv")
+    return isinstance(argv, list) and all(isinstance(a, str) for a in argv) and expected(argv)

@@ -95,6 +95,7 @@ class ProxyConfig:
         return parse_listen(self.listen)
 
 
+@dataclass(frozen=True)
 class LimitsConfig:
     """Bounds that keep one caller from stalling the others (docs/security.md).
 

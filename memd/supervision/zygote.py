@@ -1,0 +1,309 @@
+"""The zygote: one process that imports what memd's children run, then forks them on request.
+
+Started with `python -m memd.supervision.zygote --socket PATH --parent PID` as a supervised
+child of memd (plain spawn, through the trampoline of `procs`). It imports memsearch,
+pymilvus, Milvus Lite, the watch wrapper and the index server once (5-11 s of CPU and
+~200 MB per child otherwise), calls `gc.collect(); gc.freeze()` so the collector of a
+forked child does not touch (and copy) the inherited objects, and then serves a Unix
+socket. Each request names a `python -m MODULE ARGS...` command, its environment and
+working directory, with the child's log fd attached (SCM_RIGHTS); the zygote forks, the
+fork runs the module as `__main__` and never returns to the zygote's loop.
+
+Why a forked child ends up memd's own child, not the zygote's
+--------------------------------------------------------------
+memd marks itself PR_SET_CHILD_SUBREAPER. The zygote forks an intermediate that forks the
+real child and exits at once; the orphan is re-parented to the nearest subreaper, memd.
+So memd waits for it like for any child it spawned (exit codes and signals as today), a
+kill -9 of the zygote leaves running children alone, and the child's PR_SET_PDEATHSIG
+(set once it sees memd as its parent) fires when memd dies. The child starts its own
+session (pgid == pid) like a plain spawn, and waits for the zygote's "go" after the zygote
+told memd its pid: a zygote that dies in between takes the untold child with it.
+
+The zygote itself starts no threads, so forking it is safe: OpenBLAS gets one thread and
+Arrow's jemalloc no background thread (OPENBLAS_NUM_THREADS, JE_ARROW_MALLOC_CONF in its
+environment, see `zygote_env`); it reports its thread count when ready.
+
+Protocol (SOCK_SEQPACKET, one JSON object per message):
+    {"op": "ping"}                                   -> {"ok": true, "pid": ...}
+    {"op": "spawn", "argv": [...], "env": {...}, "cwd": "...", "parent": PID} + [log fd]
+                                                     -> {"ok": true, "pid": N}
+                                                      | {"ok": false, "error": "..."}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memd.supervision import zygote_child
+
+# What memd's children import before they do anything, and what they import lazily soon
+# after (the servicer class, the provider SDK that memd's own endpoint is reached with).
+PRELOAD = (
+    "memd.indexing.watch",
+    "memd.indexing.index_server",
+    "memd.heap",
+    "memd.logs",
+    "memsearch.cli",
+    "memsearch.core",
+    "memsearch.watcher",
+    "memsearch.embeddings.openai",
+    "pymilvus",
+    "pymilvus.grpc_gen.milvus_pb2_grpc",
+    "milvus_lite.db",
+    "milvus_lite.adapter.grpc.servicer",
+    "grpc",
+    "grpc._channel",
+    "grpc.experimental",
+    # memsearch's openai provider imports the SDK when it is first used: ~700 modules
+    # (pydantic, its HTTP stack), over a second of CPU in every watcher otherwise.
+    "openai",
+    "openai.resources.embeddings",
+    "openai.types.create_embedding_response",
+    "anyio._backends._asyncio",
+    "truststore",
+)
+# The modules the zygote forks for by default; anything else is spawned the plain way.
+FORKABLE = ("memd.indexing.watch", "memd.indexing.index_server")
+MAX_MESSAGE = 1 << 20
+SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
+
+
+def zygote_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The zygote's environment: memd's, with the native thread pools off (see above)."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    env["JE_ARROW_MALLOC_CONF"] = "background_thread:false"
+    env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    return env
+
+
+def forkable_module(argv: Sequence[str], modules: Sequence[str] = FORKABLE,
+                    executable: str = sys.executable) -> str | None:
+    """The module of a `python -m MODULE ...` command the zygote can fork, else None."""
+    if len(argv) >= 3 and argv[0] == executable and argv[1] == "-m" and argv[2] in modules:
+        return argv[2]
+    return None
+
+
+def preload(modules: Sequence[str] = PRELOAD) -> list[str]:
+    """Import everything once; returns the modules that failed (the child will retry)."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # a child importing it itself shows the real error
+            failed.append(f"{name}: {exc}")
+    with contextlib.suppress(Exception):
+        from memd.indexing.index_server import _servicer_class
+
+        _servicer_class()
+    gc.collect()
+    gc.freeze()
+    return failed
+
+
+def thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+class Zygote:
+    """The serving loop: one connection at a time (memd's), one request at a time."""
+
+    def __init__(self, socket_path: Path, parent: int, modules: Sequence[str]) -> None:
+        self.socket_path = socket_path
+        self.parent = parent
+        self.modules = frozenset(modules)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._stop = False
+
+    def bind(self) -> None:
+        self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.socket_path.unlink(missing_ok=True)
+        self.listener.bind(str(self.socket_path))
+        os.chmod(self.socket_path, 0o600)
+        self.listener.listen(4)
+
+    def serve(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_stop)
+        try:
+            while not self._stop:
+                try:
+                    ready, _, _ = select.select([self.listener], [], [], 1.0)
+                except InterruptedError:
+                    continue
+                if ready:
+                    conn, _ = self.listener.accept()
+                    with conn:
+                        self._serve_connection(conn)
+                if os.getppid() != self.parent:
+                    return  # memd is gone (PDEATHSIG should have come first)
+        finally:
+            self.listener.close()
+            self.socket_path.unlink(missing_ok=True)
+
+    def _on_stop(self, *_: Any) -> None:
+        self._stop = True
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        if not _same_user(conn):
+            return
+        conn.settimeout(1.0)
+        while not self._stop:
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
+            except TimeoutError:
+                if os.getppid() != self.parent:
+                    return
+                continue
+            except (InterruptedError, ConnectionError, OSError):
+                return
+            if not data:
+                return
+            try:
+                self._answer(conn, data, fds)
+            finally:
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+    def _answer(self, conn: socket.socket, data: bytes, fds: list[int]) -> None:
+        try:
+            request = json.loads(data)
+            op = request.get("op")
+        except (ValueError, AttributeError):
+            _send(conn, {"ok": False, "error": "request is not a JSON object"})
+            return
+        if op == "ping":
+            _send(conn, {"ok": True, "pid": os.getpid(), "threads": thread_count()})
+        elif op == "spawn":
+            self._spawn(conn, request, fds[0] if fds else None)
+        else:
+            _send(conn, {"ok": False, "error": f"unknown op {op!r}"})
+
+    def _spawn(self, conn: socket.socket, request: dict[str, Any], log_fd: int | None) -> None:
+        try:
+            job = zygote_child.Job.from_request(request)
+        except (KeyError, TypeError, ValueError) as exc:
+            _send(conn, {"ok": False, "error": f"bad spawn request: {exc}"})
+            return
+        if job.module not in self.modules:
+            _send(conn, {"ok": False, "error": f"{job.module} is not preloaded here"})
+            return
+        try:
+            pid, go = self._fork(job, log_fd, conn)
+        except OSError as exc:
+            _send(conn, {"ok": False, "error": f"fork failed: {exc}"})
+            return
+        try:
+            _send(conn, {"ok": True, "pid": pid})
+            os.write(go, b"g")  # memd knows the child now: let it run
+        except OSError:
+            pass  # closing `go` without a byte makes the child exit
+        finally:
+            os.close(go)
+
+    def _fork(self, job: zygote_child.Job, log_fd: int | None,
+              conn: socket.socket) -> tuple[int, int]:
+        """Fork the intermediate, which forks the child and exits; returns (pid, go fd).
+
+        The child itself reports its pid, once memd has adopted it (see zygote_child)."""
+        pid_r, pid_w = os.pipe()
+        go_r, go_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        middle = os.fork()
+        if middle == 0:  # the intermediate: never returns
+            os.close(pid_r)
+            os.close(go_w)
+            self._close_in_fork(conn)
+            me = os.getpid()  # not getppid() in the child: this process may be gone by then
+            if os.fork() == 0:
+                zygote_child.become(job, log_fd, pid_w, go_r, middle_pid=me)
+            os._exit(0)
+        os.close(pid_w)
+        os.close(go_r)
+        try:
+            os.waitpid(middle, 0)  # once reaped, its child belongs to the subreaper
+            answer = _read_all(pid_r, SPAWN_TIMEOUT).strip()
+        finally:
+            os.close(pid_r)
+        if not answer.isdigit():
+            os.close(go_w)
+            raise OSError("the forked child did not report (is memd its subreaper?)")
+        return int(answer), go_w
+
+    def _close_in_fork(self, conn: socket.socket) -> None:
+        conn.close()
+        self.listener.close()
+
+
+def _read_all(fd: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    out = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def _same_user(conn: socket.socket) -> bool:
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(message).encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memd.supervision.zygote")
+    parser.add_argument("--socket", type=Path, required=True)
+    parser.add_argument("--parent", type=int, required=True, help="memd's pid")
+    parser.add_argument("--module", action="append", dest="modules",
+                        help="a module to fork for (repeat; default: the watcher and the "
+                             "index server)")
+    parser.add_argument("--preload", action="append",
+                        help="a module to import first (repeat; default: what memd's "
+                             "children use)")
+    args = parser.parse_args(argv)
+    modules = tuple(args.modules or FORKABLE)
+    os.umask(0o077)
+    started = time.monotonic()
+    failed = preload((*(args.preload or PRELOAD), *modules))
+    zygote = Zygote(args.socket.absolute(), args.parent, modules)
+    zygote.bind()
+    print(json.dumps({"event": "zygote_ready", "pid": os.getpid(), "threads": thread_count(),
+                      "preload_s": round(time.monotonic() - started, 2),
+                      "preload_failed": failed}), flush=True)
+    zygote.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

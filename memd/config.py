@@ -95,6 +95,14 @@ class ProxyConfig:
 
 
 @dataclass(frozen=True)
+class SupervisionConfig:
+    """How memd runs its children. zygote: fork them from one preloaded process
+    (memd.supervision.zygote); false spawns each one plainly. Read at start only."""
+
+    zygote: bool = True
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
@@ -124,6 +132,7 @@ class Config:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -203,6 +212,7 @@ class _Parser:
             "compaction": dict,
             "milvus": dict,
             "proxy": dict,
+            "supervision": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -231,6 +241,7 @@ class _Parser:
             compaction=self.compaction(data),
             milvus=self.section(data, "milvus", MilvusConfig),
             proxy=self.proxy(data),
+            supervision=self.section(data, "supervision", SupervisionConfig),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )

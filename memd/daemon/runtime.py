@@ -107,7 +107,7 @@ class Runtime:
         async with self._lock:
             if not self._started:
                 await self.compactor.start()
-                await self.pipelines.start(new.memory_dir)
+                await self.pipelines.start(new.memory_dir, zygote=new.supervision.zygote)
                 self._started = True
             wanted = new.enabled_clients()
             for client_id in sorted(set(self.clients) - set(wanted)):

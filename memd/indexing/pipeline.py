@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.layout import ClientLayout, write_memsearch_toml
 from memd.supervision import ChildSpec, Supervisor, reap_leftovers
+from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 log = structlog.get_logger()
 
@@ -57,7 +60,14 @@ class Pipelines:
     """Owns the supervisor, the embedding endpoint and every client's pipeline."""
 
     def __init__(self, supervisor: Supervisor | None = None) -> None:
-        self.supervisor = supervisor or Supervisor()
+        # The zygote forks the children when memd builds its own supervisor; a supervisor
+        # handed in (tests) keeps its own spawner.
+        self.spawner: ZygoteSpawner | None = None
+        if supervisor is None:
+            self.spawner = ZygoteSpawner()
+            supervisor = Supervisor(spawner=self.spawner)
+            self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
+        self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
         self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
         self._embed: EmbeddingServer | None = None
@@ -65,15 +75,44 @@ class Pipelines:
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
 
-    async def start(self, memory_dir: Path) -> None:
-        """Reap what a crashed memd left behind, then start ticking the supervisor."""
+    async def start(self, memory_dir: Path, zygote: bool = True) -> None:
+        """Reap what a crashed memd left behind, start the zygote (unless the setting
+        says no), then start ticking the supervisor."""
         if memory_dir.is_dir():
-            for state_dir in memory_dir.glob("*/.memd"):
+            for state_dir in [memory_dir / ".memd", *memory_dir.glob("*/.memd")]:
                 reaped = await asyncio.to_thread(reap_leftovers, state_dir)
                 if reaped:
                     log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
+        if self.spawner is not None:
+            self._start_zygote(memory_dir, zygote)  # on the loop: spawns happen there
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
+
+    def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
+        """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits
+        in the runtime dir (a Unix socket path must stay short)."""
+        assert self.spawner is not None
+        digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
+        sock = settings.runtime_dir() / f"zygote-{digest}.sock"
+        if not self.spawner.use(sock, enabled=wanted):
+            return
+        state = memory_dir / ".memd"
+        home = state / "zygote-home"
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.supervisor.add(zygote_spec(sock, state / "logs" / "zygote.log",
+                                        state / "zygote.pid", home=home))
+
+    def zygote_status(self) -> dict[str, Any] | None:
+        """daemon.status's `zygote`: the child's status plus how children were started."""
+        if self.spawner is None:
+            return None
+        out: dict[str, Any] = self.spawner.status()
+        if ZYGOTE_NAME in self.supervisor:
+            out["process"] = self.supervisor.status()[ZYGOTE_NAME].to_dict()
+        return out
+
+    def _prefers(self) -> tuple[str, ...]:
+        return (ZYGOTE_NAME,) if ZYGOTE_NAME in self.supervisor else ()
 
     def searcher(self, client_id: str) -> IndexSearcher | None:
         pipeline = self._pipelines.get(client_id)
@@ -129,7 +168,8 @@ class Pipelines:
                     stop_signal=signal.SIGINT,
                     stop_timeout=10.0,
                     ready=functools.partial(index_ready, sock, timeout=0.2),
-                )
+                ),
+                prefers=self._prefers(),
             )
             children.append(name)
             requires = (name,)
@@ -149,6 +189,7 @@ class Pipelines:
                 ready=self._watching(name, layout.sessions),
             ),
             requires=requires,
+            prefers=self._prefers(),
         )
         children.append(name)
         target = settings.index_target(config, layout)
@@ -290,6 +331,8 @@ class Pipelines:
             self._catch_up_task.cancel()
             await asyncio.gather(self._catch_up_task, return_exceptions=True)
         await self.supervisor.shutdown(timeout)
+        if self.spawner is not None:
+            self.spawner.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

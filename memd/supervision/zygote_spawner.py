@@ -95,20 +95,29 @@ def _answers(socket_path: Path) -> bool:
 class ZygoteSpawner:
     """Spawner: fork from the zygote when it is RUNNING, else spawn plainly."""
 
-    def __init__(self, socket_path: Path, *, enabled: bool = True,
+    def __init__(self, socket_path: Path | None = None, *, enabled: bool = True,
                  modules: Sequence[str] = FORKABLE,
                  fallback: procs.PopenSpawner | None = None) -> None:
         self.socket_path = socket_path
         self.modules = tuple(modules)
         self.fallback = fallback or procs.PopenSpawner()
         self.zygote_ready: Callable[[], bool] = lambda: False  # set by the owner
-        self.enabled = enabled and self._subreaper(enabled)
+        self.enabled = False
         self._conn: socket.socket | None = None
         self._down_logged = False
         self._tracked: set[int] = set()
         self._next_stray_look = 0.0
         self.forked = 0
         self.plain = 0
+        if socket_path is not None:
+            self.use(socket_path, enabled=enabled)
+
+    def use(self, socket_path: Path, *, enabled: bool = True) -> bool:
+        """Fork from the zygote serving socket_path from now on (once it is RUNNING);
+        False, logged once, when the setting or the platform says plain spawn."""
+        self.socket_path = socket_path
+        self.enabled = self._subreaper(enabled)
+        return self.enabled
 
     @staticmethod
     def _subreaper(enabled: bool) -> bool:
@@ -120,6 +129,10 @@ class ZygoteSpawner:
         log.warning("zygote unavailable: memd cannot be a child subreaper on this "
                     "platform; children are spawned plainly")
         return False
+
+    def status(self) -> dict[str, Any]:
+        """For daemon.status: whether children are forked, and how many were each way."""
+        return {"enabled": self.enabled, "forked": self.forked, "plain": self.plain}
 
     # -- the Spawner protocol ---------------------------------------------------------
 
@@ -202,6 +215,8 @@ class ZygoteSpawner:
 
     def _connection(self) -> socket.socket:
         if self._conn is None:
+            if self.socket_path is None:
+                raise OSError("no zygote socket configured")
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             conn.settimeout(REQUEST_TIMEOUT)
             try:

@@ -313,6 +313,18 @@ def cmdline_matches(argv: Sequence[str], cmdline: Sequence[str]) -> bool:
     return any(os.path.basename(word) == name for word in cmdline[: len(cmdline) - len(args)])
 
 
+def process_title(argv: Sequence[str]) -> str:
+    """The title a child forked by the zygote shows as its command line."""
+    return " ".join(argv)
+
+
+def title_matches(title: str, cmdline: Sequence[str]) -> bool:
+    """Whether a live process shows this title (setproctitle pads it with NULs, and may
+    cut a long one to the size of the original argv area)."""
+    shown = " ".join(cmdline).strip()
+    return bool(shown) and (shown == title or (len(shown) >= 64 and title.startswith(shown)))
+
+
 def _recorded_process(record: dict[str, Any]) -> psutil.Process | None:
     """The live process a pidfile describes, or None if that pid is now someone else."""
     try:
@@ -322,7 +334,10 @@ def _recorded_process(record: dict[str, Any]) -> psutil.Process | None:
             return None
         if proc.uids().real != os.getuid() or proc.status() == psutil.STATUS_ZOMBIE:
             return None
-        if not cmdline_matches(record["argv"], proc.cmdline()):
+        if "title" in record:  # forked from the zygote: its title is its command line
+            if not title_matches(str(record["title"]), proc.cmdline()):
+                return None
+        elif not cmdline_matches(record["argv"], proc.cmdline()):
             return None
     except (psutil.Error, KeyError, TypeError, ValueError):
         return None

@@ -16,8 +16,9 @@ real child and exits at once; the orphan is re-parented to the nearest subreaper
 So memd waits for it like for any child it spawned (exit codes and signals as today), a
 kill -9 of the zygote leaves running children alone, and the child's PR_SET_PDEATHSIG
 (set once it sees memd as its parent) fires when memd dies. The child starts its own
-session (pgid == pid) like a plain spawn, and waits for the zygote's "go" after the zygote
-told memd its pid: a zygote that dies in between takes the untold child with it.
+session (pgid == pid) like a plain spawn, and waits for the zygote's "go", which comes
+only once memd has acknowledged the pid: a child memd never took on (it gave up waiting,
+or the zygote died in between) exits instead of running unsupervised.
 
 The zygote itself starts no threads, so forking it is safe: OpenBLAS gets one thread and
 Arrow's jemalloc no background thread (OPENBLAS_NUM_THREADS, JE_ARROW_MALLOC_CONF in its
@@ -28,6 +29,7 @@ Protocol (SOCK_SEQPACKET, one JSON object per message):
     {"op": "spawn", "argv": [...], "env": {...}, "cwd": "...", "parent": PID} + [log fd]
                                                      -> {"ok": true, "pid": N}
                                                       | {"ok": false, "error": "..."}
+    then, after "ok", memd's {"ack": N}: only then does the child run.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ PRELOAD = (
 FORKABLE = ("memd.indexing.watch", "memd.indexing.index_server")
 MAX_MESSAGE = 1 << 20
 SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
+ACK_TIMEOUT = 5.0  # seconds for memd to confirm it took a child on
 
 
 def zygote_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -214,7 +217,8 @@ class Zygote:
             return
         try:
             _send(conn, {"ok": True, "pid": pid})
-            os.write(go, b"g")  # memd knows the child now: let it run
+            if _acked(conn, pid):
+                os.write(go, b"g")  # memd has taken the child on: let it run
         except OSError:
             pass  # closing `go` without a byte makes the child exit
         finally:
@@ -222,9 +226,9 @@ class Zygote:
 
     def _fork(self, job: zygote_child.Job, log_fd: int | None,
               conn: socket.socket) -> tuple[int, int]:
-        """Fork the intermediate, which forks the child and exits; returns (pid, go fd).
-
-        The child itself reports its pid, once memd has adopted it (see zygote_child)."""
+        """Fork the intermediate, which forks the child, reports its pid and exits;
+        returns (pid, go fd). Only the zygote and the intermediate are on this path: the
+        child adopts itself (PDEATHSIG, title) while memd is being told."""
         pid_r, pid_w = os.pipe()
         go_r, go_w = os.pipe()
         sys.stdout.flush()
@@ -235,19 +239,22 @@ class Zygote:
             os.close(go_w)
             self._close_in_fork(conn)
             me = os.getpid()  # not getppid() in the child: this process may be gone by then
-            if os.fork() == 0:
-                zygote_child.become(job, log_fd, pid_w, go_r, middle_pid=me)
+            child = os.fork()
+            if child == 0:
+                os.close(pid_w)
+                zygote_child.become(job, log_fd, go_r, middle_pid=me)
+            os.write(pid_w, f"{child}\n".encode())
             os._exit(0)
         os.close(pid_w)
         os.close(go_r)
         try:
+            answer = _read_line(pid_r, SPAWN_TIMEOUT)
             os.waitpid(middle, 0)  # once reaped, its child belongs to the subreaper
-            answer = _read_all(pid_r, SPAWN_TIMEOUT).strip()
         finally:
             os.close(pid_r)
         if not answer.isdigit():
             os.close(go_w)
-            raise OSError("the forked child did not report (is memd its subreaper?)")
+            raise OSError("the intermediate process did not report its child")
         return int(answer), go_w
 
     def _close_in_fork(self, conn: socket.socket) -> None:
@@ -255,10 +262,11 @@ class Zygote:
         self.listener.close()
 
 
-def _read_all(fd: int, timeout: float) -> bytes:
+def _read_line(fd: int, timeout: float) -> str:
+    """One newline-terminated line from a pipe (the writer's copies may stay open)."""
     deadline = time.monotonic() + timeout
     out = b""
-    while time.monotonic() < deadline:
+    while b"\n" not in out and time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             break
@@ -266,7 +274,28 @@ def _read_all(fd: int, timeout: float) -> bytes:
         if not chunk:
             break
         out += chunk
-    return out
+    return out.decode("ascii", "replace").strip()
+
+
+def _acked(conn: socket.socket, pid: int, timeout: float = ACK_TIMEOUT) -> bool:
+    """memd confirms it took the child on; without that (it gave up waiting, or died)
+    the child must not run unsupervised."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = conn.recv(MAX_MESSAGE)
+        except TimeoutError:
+            continue
+        except OSError:
+            return False
+        if not data:
+            return False
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(message, dict) and message.get("ack") == pid
+    return False
 
 
 def _same_user(conn: socket.socket) -> bool:

@@ -6,7 +6,7 @@ puts back what exec would have given, then runs the module as `__main__`:
 - its own session and process group (memd signals the group);
 - memd as parent and PR_SET_PDEATHSIG=SIGKILL towards it, set only after the re-parenting
   (the intermediate's exit) so it refers to memd, and an exit if memd is already gone;
-- the zygote's go: its pipe closing without a byte means memd was never told this pid;
+- the zygote's go: its pipe closing without a byte means memd never took this pid on;
 - stdin on /dev/null, stdout and stderr on the log fd memd opened, every other fd closed;
 - the command's environment, working directory, sys.argv and process title (so `ps`,
   pidfile checks and the tests see the command line a plain spawn shows);
@@ -69,18 +69,12 @@ class Job:
                    str(cwd) if cwd is not None else None, int(request["parent"]))
 
 
-def become(job: Job, log_fd: int | None, pid_fd: int, go_fd: int,
-           middle_pid: int) -> NoReturn:
-    """Run in the forked child; exits the process with the module's status.
-
-    Once adopted by memd and titled, it writes its pid to pid_fd: the zygote tells memd
-    only then, so memd finds it its child and reads the right command line."""
+def become(job: Job, log_fd: int | None, go_fd: int, middle_pid: int) -> NoReturn:
+    """Run in the forked child; exits the process with the module's status."""
     try:
         os.setsid()
         _adopt(job.parent, middle_pid)
         _title(job)
-        os.write(pid_fd, f"{os.getpid()}\n".encode())
-        os.close(pid_fd)
         if not _told(go_fd):
             os._exit(EXIT_NOT_TOLD)
         _stdio(log_fd)
@@ -155,7 +149,9 @@ def _title(job: Job) -> None:
     with contextlib.suppress(ImportError):
         import setproctitle
 
-        setproctitle.setproctitle(" ".join(job.argv))
+        from memd.supervision.procs import process_title
+
+        setproctitle.setproctitle(process_title(job.argv))
 
 
 def _refresh_import_time_state() -> None:

@@ -10,7 +10,12 @@ back is logged once per outage, not once per child.
 A forked child is memd's own child (memd is a PR_SET_CHILD_SUBREAPER, see the zygote's
 docstring), so `ForkedProc` waits for it with waitid/waitpid exactly as `PopenProc` waits
 for a Popen: exit codes, signals, group kills and pidfiles are unchanged. Its pidfile
-records the command line the process shows (its title), which `reap_leftovers` compares.
+also records the process title the child sets, which `reap_leftovers` compares instead of
+the argv (a forked child has the zygote's argv under its title).
+
+A spawn blocks the event loop (the Spawner seam is synchronous) until the zygote reports
+the pid: two forks, no child start-up on that path, and REQUEST_TIMEOUT at most, after
+which the child is spawned plainly and the half-made one exits unacknowledged.
 
 Being a subreaper, memd also inherits orphans of its children's process trees; zombies
 among them that no Proc owns are reaped every few seconds (`reap_strays`).
@@ -44,7 +49,7 @@ log = structlog.get_logger()
 
 ZYGOTE_NAME = "zygote"
 PR_SET_CHILD_SUBREAPER = 36
-REQUEST_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 3.0  # the event loop waits this long at most, then spawns plainly
 STRAY_EVERY = 5.0  # seconds between looks for orphaned zombies
 
 
@@ -201,6 +206,8 @@ class ZygoteSpawner:
                 conn = self._connection()
                 socket.send_fds(conn, [message], fds)
                 answer = json.loads(conn.recv(MAX_MESSAGE) or b"{}")
+                if isinstance(answer, dict) and isinstance(answer.get("pid"), int):
+                    conn.sendall(json.dumps({"ack": answer["pid"]}).encode())
             except (OSError, ValueError) as exc:
                 self._disconnect()
                 if reused and attempt == 1:
@@ -292,12 +299,9 @@ class ForkedProc(procs.PopenProc):
         self.pid = pid
         self.returncode: int | None = None
         try:
-            process = psutil.Process(pid)
-            self.create_time: float | None = process.create_time()
-            self.cmdline: list[str] = process.cmdline()
+            self.create_time: float | None = psutil.Process(pid).create_time()
         except psutil.Error:
             self.create_time = None
-            self.cmdline = list(spec.argv)
 
     def poll(self) -> int | None:
         """As PopenProc.poll: look without reaping, kill the group's rest, then reap."""
@@ -334,10 +338,11 @@ class ForkedProc(procs.PopenProc):
             os.killpg(self.pid, sig)
 
     def write_pidfile(self) -> None:
-        """The record `reap_leftovers` checks, with the command line /proc shows."""
+        """The record `reap_leftovers` checks; `title` is the command line /proc shows."""
         assert self._spec.pidfile is not None
         record: dict[str, Any] = {
-            "pid": self.pid, "create_time": self.create_time, "argv": self.cmdline,
+            "pid": self.pid, "create_time": self.create_time, "argv": list(self._spec.argv),
+            "title": procs.process_title(self._spec.argv),
             "name": self._spec.name, "stop_signal": int(self._spec.stop_signal),
             "memd_pid": os.getpid(), "forked": True,
         }

@@ -317,11 +317,12 @@ class Pipelines:
         if pipeline is None:
             error = self._errors.get(client_id)
             return {"pipeline_error": error} if error else {}
-        children = self.supervisor.status()
+        # This client's children only: the status of all of them, once per client, made
+        # daemon.status quadratic in the number of clients (seconds at 20).
         out: dict[str, Any] = {}
         for name in pipeline.children:
             key = "index_server" if name.endswith("/index") else "watcher"
-            child = children.get(name)
+            child = self.supervisor.child_status(name)
             out[key] = child.to_dict() if child is not None else None
         return out
 

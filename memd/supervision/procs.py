@@ -173,8 +173,7 @@ class PopenProc:
     def rss(self) -> int | None:
         """Resident memory of the child and its descendants, in bytes."""
         try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
+            procs = [psutil.Process(pid) for pid in descendants(self.pid)]
         except psutil.Error:
             return None
         total = 0
@@ -218,6 +217,31 @@ class PopenProc:
             _write_atomic(self._spec.pidfile, json.dumps(record))
         except OSError as exc:
             log.warning("child.pidfile_failed", name=self._spec.name, pid=self.pid, error=str(exc))
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and its descendants, from /proc/<pid>/task/*/children (psutil's children()
+    reads every process's stat instead: ~40 ms with a few hundred processes, per child
+    per daemon.status). Falls back to psutil where that file does not exist."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except FileNotFoundError:
+            continue  # gone
+        except OSError:
+            return [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+    return out
 
 
 def _open_log(spec: ChildSpec) -> int:

@@ -39,6 +39,7 @@ class Supervisor:
         tick: float = 0.25,
         poll: float = 0.05,
         prefer_wait: float = 30.0,
+        spawn_budget: float = 0.2,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
@@ -50,6 +51,7 @@ class Supervisor:
         self._added_at: dict[str, float] = {}
         self._came_up: set[str] = set()  # preferred children that have been RUNNING
         self._prefer_wait = prefer_wait
+        self._spawn_budget = spawn_budget  # wall seconds of spawning per tick
         self._wanted: set[str] = set()
         self._closing = False
 
@@ -171,11 +173,17 @@ class Supervisor:
     # -- ticking --------------------------------------------------------------------------
 
     def step(self, now: float | None = None) -> None:
-        """One tick for every child: starts wanted ones, lets each make its timing decisions."""
+        """One tick for every child: starts wanted ones, lets each make its timing decisions.
+
+        Spawns block the loop (a fork from the zygote takes 50-300 ms on a loaded box), so
+        once a tick has spent spawn_budget seconds on them the rest wait for the next
+        tick; every child is still polled."""
         now = self._clock() if now is None else now
+        budget_end = time.monotonic() + self._spawn_budget
         for name, child in list(self._children.items()):
             may_start = (name in self._wanted and self._requirements_running(name)
-                         and self._preferences_settled(name, now))
+                         and self._preferences_settled(name, now)
+                         and time.monotonic() < budget_end)
             if may_start and child.state == ProcessStates.STOPPED:
                 self._guarded(child, child.start, now)
             self._guarded(child, child.step, now, can_spawn=may_start)
@@ -246,6 +254,10 @@ class Supervisor:
         return True
 
     # -- status ---------------------------------------------------------------------------
+
+    def child_status(self, name: str) -> ChildStatus | None:
+        child = self._children.get(name)
+        return child.status(self._clock()) if child is not None else None
 
     def status(self) -> dict[str, ChildStatus]:
         now = self._clock()

@@ -210,19 +210,27 @@ class Zygote:
         if job.module not in self.modules:
             _send(conn, {"ok": False, "error": f"{job.module} is not preloaded here"})
             return
+        started = time.monotonic()
         try:
             pid, go = self._fork(job, log_fd, conn)
         except OSError as exc:
             _send(conn, {"ok": False, "error": f"fork failed: {exc}"})
             return
+        forked = time.monotonic()
+        acked = False
         try:
             _send(conn, {"ok": True, "pid": pid})
-            if _acked(conn, pid):
+            acked = _acked(conn, pid)
+            if acked:
                 os.write(go, b"g")  # memd has taken the child on: let it run
         except OSError:
             pass  # closing `go` without a byte makes the child exit
         finally:
             os.close(go)
+        print(json.dumps({"event": "zygote_forked", "pid": pid, "module": job.module,
+                          "fork_ms": round(1000 * (forked - started), 1),
+                          "ack_ms": round(1000 * (time.monotonic() - forked), 1),
+                          "acked": acked}), flush=True)
 
     def _fork(self, job: zygote_child.Job, log_fd: int | None,
               conn: socket.socket) -> tuple[int, int]:

@@ -64,7 +64,9 @@ def all_running(status: dict[str, Any], n: int) -> bool:
     clients = status["clients"]
     return len(clients) == n and all(
         (c.get(k) or {}).get("state") == "RUNNING"
-        for c in clients.values() for k in ("index_server", "watcher"))
+        for c in clients.values()
+        for k in ("index_server", "watcher")
+    )
 
 
 def recall_finds(memd: Any, client: str, query: str, needle: str) -> bool:
@@ -81,10 +83,15 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
     old = memd.call("daemon.status")["clients"][client]["watcher"]["pid"]
     killed = time.monotonic()
     os.kill(old, signal.SIGKILL)
-    memd.call("memory.record_exchange", {
-        "client_id": client, "conversation_id": "kill",
-        "user": "Where is the spare key of the boathouse?",
-        "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41."})
+    memd.call(
+        "memory.record_exchange",
+        {
+            "client_id": client,
+            "conversation_id": "kill",
+            "user": "Where is the spare key of the boathouse?",
+            "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
+        },
+    )
     running = found = None
     while time.monotonic() - killed < timeout and (running is None or found is None):
         if running is None:
@@ -94,8 +101,10 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
         if found is None and recall_finds(memd, client, "spare key boathouse", "Osprey-41"):
             found = time.monotonic() - killed
         time.sleep(0.05)
-    return (running if running is not None else float("nan"),
-            found if found is not None else float("nan"))
+    return (
+        running if running is not None else float("nan"),
+        found if found is not None else float("nan"),
+    )
 
 
 def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
@@ -107,36 +116,56 @@ def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
             time.sleep(0.1)
         ready = time.monotonic() - started
         for cid in clients:
-            memd.call("memory.record_exchange", {"client_id": cid, "conversation_id": "x",
-                                                 "user": "warm up", "assistant": "ok"})
+            memd.call(
+                "memory.record_exchange",
+                {"client_id": cid, "conversation_id": "x", "user": "warm up", "assistant": "ok"},
+            )
         time.sleep(10)  # let watchers index it and settle
         mem = memory_by_kind(memd.proc.pid)
         cpu = idle_cpu_by_kind(memd.proc.pid, idle)
         restart, recallable = kill_watcher(memd, "c00")
         forked = (memd.call("daemon.status").get("zygote") or {}).get("forked", 0)
-    return {"clients": n, "zygote": zygote, "answered_s": answered, "ready_s": ready,
-            "mem": mem, "cpu": cpu, "restart_s": restart, "recallable_s": recallable,
-            "forked": forked}
+    return {
+        "clients": n,
+        "zygote": zygote,
+        "answered_s": answered,
+        "ready_s": ready,
+        "mem": mem,
+        "cpu": cpu,
+        "restart_s": restart,
+        "recallable_s": recallable,
+        "forked": forked,
+    }
 
 
 def report(r: dict[str, Any]) -> None:
     n, mem, cpu = r["clients"], r["mem"], r["cpu"]
-    print(f"\n{n} clients, zygote {'on' if r['zygote'] else 'off'} ({r['forked']} forked): "
-          f"memd answered {r['answered_s']:.1f} s, all children RUNNING {r['ready_s']:.1f} s "
-          f"after start; killed watcher RUNNING again {r['restart_s']:.2f} s, exchange "
-          f"recorded meanwhile recallable {r['recallable_s']:.2f} s after the kill", flush=True)
-    print(f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "
-          f"{'PSS/proc':>9} {'idle CPU %':>10}")
+    print(
+        f"\n{n} clients, zygote {'on' if r['zygote'] else 'off'} ({r['forked']} forked): "
+        f"memd answered {r['answered_s']:.1f} s, all children RUNNING {r['ready_s']:.1f} s "
+        f"after start; killed watcher RUNNING again {r['restart_s']:.2f} s, exchange "
+        f"recorded meanwhile recallable {r['recallable_s']:.2f} s after the kill",
+        flush=True,
+    )
+    print(
+        f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "
+        f"{'PSS/proc':>9} {'idle CPU %':>10}"
+    )
     for kind in (*KINDS, "other", "total"):
         m = mem.get(kind)
         if not m:
             continue
         count = int(m["n"])
-        print(f"  {kind:<13} {count:>3} {m['rss']:>8.0f} {m['pss']:>8.0f} {m['uss']:>8.0f} "
-              f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f}")
+        print(
+            f"  {kind:<13} {count:>3} {m['rss']:>8.0f} {m['pss']:>8.0f} {m['uss']:>8.0f} "
+            f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f}"
+        )
     children = mem["total"]["pss"] - mem.get("memd", {}).get("pss", 0.0)
-    print(f"  per client (children + zygote share): {children / n:.0f} MB PSS; "
-          f"total PSS {mem['total']['pss']:.0f} MB", flush=True)
+    print(
+        f"  per client (children + zygote share): {children / n:.0f} MB PSS; "
+        f"total PSS {mem['total']['pss']:.0f} MB",
+        flush=True,
+    )
 
 
 def main() -> None:

@@ -26,8 +26,9 @@ from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="the zygote needs PR_SET_CHILD_SUBREAPER")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the zygote needs PR_SET_CHILD_SUBREAPER"
+)
 
 PY = sys.executable
 S = ProcessStates
@@ -35,8 +36,9 @@ TARGET = "tests.support.zygote_target"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0,
-               sup: Supervisor | None = None) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 30.0, sup: Supervisor | None = None
+) -> None:
     """Poll (ticking the supervisor) until predicate holds; a bound, not a speed check."""
     deadline = time.monotonic() + timeout
     while True:
@@ -59,24 +61,44 @@ def gone(pid: int) -> bool:
 class Rig:
     """A supervisor whose spawner forks TARGET from a zygote that preloads only it."""
 
-    def __init__(self, tmp: Path, *, enabled: bool = True, modules: tuple[str, ...] = (TARGET,),
-                 preload: tuple[str, ...] = ("json",)) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        enabled: bool = True,
+        modules: tuple[str, ...] = (TARGET,),
+        preload: tuple[str, ...] = ("json",),
+    ) -> None:
         self.tmp = tmp
         self.spawner = ZygoteSpawner(tmp / "zygote.sock", enabled=enabled, modules=modules)
         self.sup = Supervisor(spawner=self.spawner, tick=0.02, poll=0.02)
         self.spawner.zygote_ready = lambda: self.sup.is_ready(ZYGOTE_NAME)
         if enabled:
-            self.sup.add(zygote_spec(tmp / "zygote.sock", tmp / "zygote.log", tmp / "zygote.pid",
-                                     modules=modules, preload=preload, home=tmp))
+            self.sup.add(
+                zygote_spec(
+                    tmp / "zygote.sock",
+                    tmp / "zygote.log",
+                    tmp / "zygote.pid",
+                    modules=modules,
+                    preload=preload,
+                    home=tmp,
+                )
+            )
             assert asyncio.run(self.sup.wait_ready(ZYGOTE_NAME, 120)), self.log("zygote")
 
     def add(self, name: str, mode: str = "run", **kw: object) -> Path:
         out = self.tmp / f"{name}.json"
         out.unlink(missing_ok=True)
-        spec = {"argv": (PY, "-m", TARGET, str(out), mode), "cwd": self.tmp,
-                "env": {**os.environ, "ZYGOTE_TARGET": name, "PYTHONPATH": str(REPO)},
-                "log_path": self.tmp / f"{name}.log", "pidfile": self.tmp / "pids" / f"{name}.pid",
-                "startsecs": 0.1, "ready": out.exists, "backoff_start": 0.05}
+        spec = {
+            "argv": (PY, "-m", TARGET, str(out), mode),
+            "cwd": self.tmp,
+            "env": {**os.environ, "ZYGOTE_TARGET": name, "PYTHONPATH": str(REPO)},
+            "log_path": self.tmp / f"{name}.log",
+            "pidfile": self.tmp / "pids" / f"{name}.pid",
+            "startsecs": 0.1,
+            "ready": out.exists,
+            "backoff_start": 0.05,
+        }
         spec.update(kw)
         self.sup.add(ChildSpec(name=name, **spec))  # type: ignore[arg-type]
         return out
@@ -150,7 +172,8 @@ def test_exit_codes_and_signals_reach_the_state_machine(rig: Rig) -> None:
 
 
 def test_killed_zygote_leaves_children_running_and_spawns_fall_back_until_it_is_back(
-        rig: Rig) -> None:
+    rig: Rig,
+) -> None:
     rig.add("keeps")
     rig.ready("keeps")
     child = rig.pid("keeps")
@@ -186,8 +209,10 @@ def test_zygote_killed_in_a_loop_keeps_exactly_one_process_per_child(rig: Rig) -
         if round_ % 2:
             assert asyncio.run(rig.sup.wait_ready(ZYGOTE_NAME, 120))
     live = [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
-    per_child = {n: sum(1 for p in live if str(rig.tmp / f"{n}.json") in " ".join(p.cmdline()))
-                 for n in names}
+    per_child = {
+        n: sum(1 for p in live if str(rig.tmp / f"{n}.json") in " ".join(p.cmdline()))
+        for n in names
+    }
     assert per_child == dict.fromkeys(names, 1), per_child
     assert rig.spawner.forked > 0 and rig.spawner.plain > 4
 
@@ -206,9 +231,17 @@ def test_disabled_zygote_spawns_plainly(tmp_path: Path) -> None:
 
 def test_commands_the_zygote_did_not_preload_are_spawned_plainly(rig: Rig) -> None:
     out = rig.tmp / "other.json"
-    rig.add("other", argv=(PY, "-c", "import os, sys, pathlib; "
-                                     "pathlib.Path(sys.argv[1]).write_text('{}'); "
-                                     "import time; time.sleep(600)", str(out)))
+    rig.add(
+        "other",
+        argv=(
+            PY,
+            "-c",
+            "import os, sys, pathlib; "
+            "pathlib.Path(sys.argv[1]).write_text('{}'); "
+            "import time; time.sleep(600)",
+            str(out),
+        ),
+    )
     rig.ready("other")
     assert rig.spawner.forked == 0
 
@@ -225,10 +258,18 @@ def test_pidfile_of_a_forked_child_lets_the_next_start_reap_it(rig: Rig) -> None
 
 
 def test_orphaned_zombies_of_a_childs_tree_are_reaped(rig: Rig) -> None:
-    rig.add("parent", argv=(PY, "-c", "import subprocess, sys, pathlib, time; "
-                                      "p = subprocess.Popen([sys.executable, '-c', 'pass']); "
-                                      "pathlib.Path(sys.argv[1]).write_text(str(p.pid)); "
-                                      "time.sleep(600)", str(rig.tmp / "parent.json")))
+    rig.add(
+        "parent",
+        argv=(
+            PY,
+            "-c",
+            "import subprocess, sys, pathlib, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'pass']); "
+            "pathlib.Path(sys.argv[1]).write_text(str(p.pid)); "
+            "time.sleep(600)",
+            str(rig.tmp / "parent.json"),
+        ),
+    )
     rig.ready("parent")
     # The grandchild exited; when its parent is killed it comes to us as a zombie.
     grandchild = int((rig.tmp / "parent.json").read_text())
@@ -270,8 +311,9 @@ asyncio.run(main())
 
 
 def test_kill_9_of_memd_takes_the_zygote_and_its_children_along(tmp_path: Path) -> None:
-    launcher = subprocess.Popen([PY, "-c", LAUNCHER, str(tmp_path)], cwd=REPO,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    launcher = subprocess.Popen(
+        [PY, "-c", LAUNCHER, str(tmp_path)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     pids: dict[str, int] = {}
     try:
         out = tmp_path / "pids.json"

@@ -36,6 +36,31 @@ log = structlog.get_logger()
 
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 
+# What the zygote forks, and what it imports first: everything a watcher and an index
+# server import at start, and what they import lazily soon after (memsearch's openai
+# provider imports the SDK on first use: ~700 modules, pydantic and its HTTP stack).
+ZYGOTE_MODULES = ("memd.indexing.memsearch_watch", "memd.indexing.index_server")
+ZYGOTE_PRELOAD = (
+    "memd.heap",
+    "memd.logs",
+    "memsearch.cli",
+    "memsearch.core",
+    "memsearch.watcher",
+    "memsearch.embeddings.openai",
+    "pymilvus",
+    "pymilvus.grpc_gen.milvus_pb2_grpc",
+    "milvus_lite.db",
+    "milvus_lite.adapter.grpc.servicer",
+    "grpc",
+    "grpc._channel",
+    "grpc.experimental",
+    "openai",
+    "openai.resources.embeddings",
+    "openai.types.create_embedding_response",
+    "anyio._backends._asyncio",
+    "truststore",
+)
+
 
 @dataclass
 class _Pipeline:
@@ -64,7 +89,7 @@ class Pipelines:
         # handed in (tests) keeps its own spawner.
         self.spawner: ZygoteSpawner | None = None
         if supervisor is None:
-            self.spawner = ZygoteSpawner()
+            self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
             supervisor = Supervisor(spawner=self.spawner)
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor
@@ -99,8 +124,16 @@ class Pipelines:
         state = memory_dir / ".memd"
         home = state / "zygote-home"
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.supervisor.add(zygote_spec(sock, state / "logs" / "zygote.log",
-                                        state / "zygote.pid", home=home))
+        self.supervisor.add(
+            zygote_spec(
+                sock,
+                state / "logs" / "zygote.log",
+                state / "zygote.pid",
+                modules=ZYGOTE_MODULES,
+                preload=ZYGOTE_PRELOAD,
+                home=home,
+            )
+        )
 
     def zygote_status(self) -> dict[str, Any] | None:
         """daemon.status's `zygote`: the child's status plus how children were started."""

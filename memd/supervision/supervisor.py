@@ -58,7 +58,11 @@ class Supervisor:
     # -- membership -----------------------------------------------------------------------
 
     def add(
-        self, spec: ChildSpec, *, requires: Iterable[str] = (), start: bool = True,
+        self,
+        spec: ChildSpec,
+        *,
+        requires: Iterable[str] = (),
+        start: bool = True,
         prefers: Iterable[str] = (),
     ) -> Child:
         """Register a child; with start=True it is spawned on the next step once every
@@ -181,9 +185,12 @@ class Supervisor:
         now = self._clock() if now is None else now
         budget_end = time.monotonic() + self._spawn_budget
         for name, child in list(self._children.items()):
-            may_start = (name in self._wanted and self._requirements_running(name)
-                         and self._preferences_settled(name, now)
-                         and time.monotonic() < budget_end)
+            may_start = (
+                name in self._wanted
+                and self._requirements_running(name)
+                and self._preferences_settled(name, now)
+                and time.monotonic() < budget_end
+            )
             if may_start and child.state == ProcessStates.STOPPED:
                 self._guarded(child, child.start, now)
             self._guarded(child, child.step, now, can_spawn=may_start)

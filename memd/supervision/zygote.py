@@ -1,8 +1,9 @@
 """The zygote: one process that imports what memd's children run, then forks them on request.
 
-Started with `python -m memd.supervision.zygote --socket PATH --parent PID` as a supervised
-child of memd (plain spawn, through the trampoline of `procs`). It imports memsearch,
-pymilvus, Milvus Lite, the watch wrapper and the index server once (5-11 s of CPU and
+Started with `python -m memd.supervision.zygote --socket PATH --parent PID --module M ...
+--preload P ...` as a supervised child of memd (plain spawn, through the trampoline of
+`procs`). It imports what the children need once (for memd's index servers and watchers,
+the list in `memd.indexing.pipeline`: memsearch, pymilvus, Milvus Lite, 5-11 s of CPU and
 ~200 MB per child otherwise), calls `gc.collect(); gc.freeze()` so the collector of a
 forked child does not touch (and copy) the inherited objects, and then serves a Unix
 socket. Each request names a `python -m MODULE ARGS...` command, its environment and
@@ -51,34 +52,6 @@ from typing import Any
 
 from memd.supervision import zygote_child
 
-# What memd's children import before they do anything, and what they import lazily soon
-# after (the servicer class, the provider SDK that memd's own endpoint is reached with).
-PRELOAD = (
-    "memd.indexing.watch",
-    "memd.indexing.index_server",
-    "memd.heap",
-    "memd.logs",
-    "memsearch.cli",
-    "memsearch.core",
-    "memsearch.watcher",
-    "memsearch.embeddings.openai",
-    "pymilvus",
-    "pymilvus.grpc_gen.milvus_pb2_grpc",
-    "milvus_lite.db",
-    "milvus_lite.adapter.grpc.servicer",
-    "grpc",
-    "grpc._channel",
-    "grpc.experimental",
-    # memsearch's openai provider imports the SDK when it is first used: ~700 modules
-    # (pydantic, its HTTP stack), over a second of CPU in every watcher otherwise.
-    "openai",
-    "openai.resources.embeddings",
-    "openai.types.create_embedding_response",
-    "anyio._backends._asyncio",
-    "truststore",
-)
-# The modules the zygote forks for by default; anything else is spawned the plain way.
-FORKABLE = ("memd.indexing.watch", "memd.indexing.index_server")
 MAX_MESSAGE = 1 << 20
 SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
 ACK_TIMEOUT = 5.0  # seconds for memd to confirm it took a child on
@@ -94,26 +67,26 @@ def zygote_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def forkable_module(argv: Sequence[str], modules: Sequence[str] = FORKABLE,
-                    executable: str = sys.executable) -> str | None:
+def forkable_module(
+    argv: Sequence[str], modules: Sequence[str], executable: str = sys.executable
+) -> str | None:
     """The module of a `python -m MODULE ...` command the zygote can fork, else None."""
     if len(argv) >= 3 and argv[0] == executable and argv[1] == "-m" and argv[2] in modules:
         return argv[2]
     return None
 
 
-def preload(modules: Sequence[str] = PRELOAD) -> list[str]:
-    """Import everything once; returns the modules that failed (the child will retry)."""
+def preload(modules: Sequence[str], forkable: Sequence[str]) -> list[str]:
+    """Import everything once and run each forkable module's `zygote_preload()` (what it
+    imports lazily); returns what failed (the child imports it again and shows why)."""
     failed = []
-    for name in modules:
+    for name in (*modules, *forkable):
         try:
-            importlib.import_module(name)
-        except Exception as exc:  # a child importing it itself shows the real error
+            module = importlib.import_module(name)
+            if name in forkable and callable(getattr(module, "zygote_preload", None)):
+                module.zygote_preload()
+        except Exception as exc:
             failed.append(f"{name}: {exc}")
-    with contextlib.suppress(Exception):
-        from memd.indexing.index_server import _servicer_class
-
-        _servicer_class()
     gc.collect()
     gc.freeze()
     return failed
@@ -227,13 +200,23 @@ class Zygote:
             pass  # closing `go` without a byte makes the child exit
         finally:
             os.close(go)
-        print(json.dumps({"event": "zygote_forked", "pid": pid, "module": job.module,
-                          "fork_ms": round(1000 * (forked - started), 1),
-                          "ack_ms": round(1000 * (time.monotonic() - forked), 1),
-                          "acked": acked}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "event": "zygote_forked",
+                    "pid": pid,
+                    "module": job.module,
+                    "fork_ms": round(1000 * (forked - started), 1),
+                    "ack_ms": round(1000 * (time.monotonic() - forked), 1),
+                    "acked": acked,
+                }
+            ),
+            flush=True,
+        )
 
-    def _fork(self, job: zygote_child.Job, log_fd: int | None,
-              conn: socket.socket) -> tuple[int, int]:
+    def _fork(
+        self, job: zygote_child.Job, log_fd: int | None, conn: socket.socket
+    ) -> tuple[int, int]:
         """Fork the intermediate, which forks the child, reports its pid and exits;
         returns (pid, go fd). Only the zygote and the intermediate are on this path: the
         child adopts itself (PDEATHSIG, title) while memd is being told."""
@@ -322,22 +305,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memd.supervision.zygote")
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--parent", type=int, required=True, help="memd's pid")
-    parser.add_argument("--module", action="append", dest="modules",
-                        help="a module to fork for (repeat; default: the watcher and the "
-                             "index server)")
-    parser.add_argument("--preload", action="append",
-                        help="a module to import first (repeat; default: what memd's "
-                             "children use)")
+    parser.add_argument(
+        "--module",
+        action="append",
+        dest="modules",
+        required=True,
+        help="a module to fork `python -m MODULE` for (repeat)",
+    )
+    parser.add_argument(
+        "--preload", action="append", default=[], help="a module to import first (repeat)"
+    )
     args = parser.parse_args(argv)
-    modules = tuple(args.modules or FORKABLE)
+    modules = tuple(args.modules)
     os.umask(0o077)
     started = time.monotonic()
-    failed = preload((*(args.preload or PRELOAD), *modules))
+    failed = preload(args.preload, modules)
     zygote = Zygote(args.socket.absolute(), args.parent, modules)
     zygote.bind()
-    print(json.dumps({"event": "zygote_ready", "pid": os.getpid(), "threads": thread_count(),
-                      "preload_s": round(time.monotonic() - started, 2),
-                      "preload_failed": failed}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "zygote_ready",
+                "pid": os.getpid(),
+                "threads": thread_count(),
+                "preload_s": round(time.monotonic() - started, 2),
+                "preload_failed": failed,
+            }
+        ),
+        flush=True,
+    )
     zygote.serve()
     return 0
 

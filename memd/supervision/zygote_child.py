@@ -11,9 +11,10 @@ puts back what exec would have given, then runs the module as `__main__`:
 - the command's environment, working directory, sys.argv and process title (so `ps`,
   pidfile checks and the tests see the command line a plain spawn shows);
 - signal dispositions and mask as a fresh Python has them (SIGINT raises
-  KeyboardInterrupt: `memsearch watch` cleans up only then);
-- import-time state that depends on the environment recomputed (memsearch's global
-  config path follows HOME, which memd points at an empty folder per client).
+  KeyboardInterrupt: `memsearch watch` cleans up only then).
+
+Module state computed from the environment at import time stays the zygote's: the
+program must recompute what it needs (memd's watch wrapper does, for memsearch's HOME).
 
 It never returns: the module's exit status is the process's, after the interpreter's usual
 shutdown (non-daemon threads joined, atexit handlers run, stdio flushed).
@@ -36,7 +37,6 @@ import traceback
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 PR_SET_PDEATHSIG = 1
@@ -65,8 +65,13 @@ class Job:
         if not isinstance(env, dict):
             raise TypeError("env must be an object")
         cwd = request.get("cwd")
-        return cls(argv, argv[2], {str(k): str(v) for k, v in env.items()},
-                   str(cwd) if cwd is not None else None, int(request["parent"]))
+        return cls(
+            argv,
+            argv[2],
+            {str(k): str(v) for k, v in env.items()},
+            str(cwd) if cwd is not None else None,
+            int(request["parent"]),
+        )
 
 
 def become(job: Job, log_fd: int | None, go_fd: int, middle_pid: int) -> NoReturn:
@@ -119,11 +124,14 @@ def _stdio(log_fd: int | None) -> None:
     os.dup2(out, 2)
     os.closerange(3, _max_fd())  # the zygote's socket, memd's copy of the log fd, ...
     # PYTHONUNBUFFERED, as the plain spawn's environment asks: unbuffered binary layer.
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), write_through=True, errors="backslashreplace")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), write_through=True, errors="backslashreplace")
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    # (sys.__stdout__ and friends keep the zygote's objects, on the same fds now.)
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), write_through=True, errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), write_through=True, errors="backslashreplace"
+    )
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
 
 
 def _max_fd() -> int:
@@ -141,7 +149,6 @@ def _environment(job: Job) -> None:
     spec = __import__("importlib.util").util.find_spec(job.module)
     origin = spec.origin if spec is not None and spec.origin else job.module
     sys.argv = [origin, *job.argv[3:]]
-    _refresh_import_time_state()
 
 
 def _title(job: Job) -> None:
@@ -152,17 +159,6 @@ def _title(job: Job) -> None:
         from memd.supervision.procs import process_title
 
         setproctitle.setproctitle(process_title(job.argv))
-
-
-def _refresh_import_time_state() -> None:
-    """Module globals computed from the environment at import, in the zygote."""
-    config = sys.modules.get("memsearch.config")
-    if config is not None:
-        path = Path("~/.memsearch/config.toml").expanduser()
-        config.GLOBAL_CONFIG_PATH = path
-        cli = sys.modules.get("memsearch.cli")
-        if cli is not None and hasattr(cli, "GLOBAL_CONFIG_PATH"):
-            cli.GLOBAL_CONFIG_PATH = path
 
 
 def _signals() -> None:
@@ -180,8 +176,9 @@ def _run(job: Job) -> NoReturn:
     code = 0
     # The module was preloaded, so runpy warns that it runs a second copy as __main__:
     # that is what `python -m` of a fresh interpreter does too, minus the import.
-    warnings.filterwarnings("ignore", message=".*found in sys.modules after import",
-                            category=RuntimeWarning)
+    warnings.filterwarnings(
+        "ignore", message=".*found in sys.modules after import", category=RuntimeWarning
+    )
     try:
         runpy.run_module(job.module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:

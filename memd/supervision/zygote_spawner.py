@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import structlog
 
-from memd.supervision.zygote import FORKABLE, MAX_MESSAGE, forkable_module, zygote_env
+from memd.supervision.zygote import MAX_MESSAGE, forkable_module, zygote_env
 
 if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec, Proc
@@ -65,15 +65,27 @@ def become_subreaper() -> bool:
     return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def zygote_spec(socket_path: Path, log_path: Path | None, pidfile: Path | None,
-                modules: Sequence[str] = FORKABLE, home: Path | None = None,
-                preload: Sequence[str] = ()) -> ChildSpec:
-    """The supervised zygote itself (spawned plainly, never by itself). `preload`
-    replaces the default list of modules imported before the forkable ones."""
+def zygote_spec(
+    socket_path: Path,
+    log_path: Path | None,
+    pidfile: Path | None,
+    modules: Sequence[str],
+    home: Path | None = None,
+    preload: Sequence[str] = (),
+) -> ChildSpec:
+    """The supervised zygote itself (spawned plainly, never by itself): it forks
+    `python -m` of `modules` after importing `preload` and them."""
     from memd.supervision.child import ChildSpec
 
-    argv = [sys.executable, "-m", "memd.supervision.zygote", "--socket", str(socket_path),
-            "--parent", str(os.getpid())]
+    argv = [
+        sys.executable,
+        "-m",
+        "memd.supervision.zygote",
+        "--socket",
+        str(socket_path),
+        "--parent",
+        str(os.getpid()),
+    ]
     for module in modules:
         argv += ["--module", module]
     for module in preload:
@@ -81,9 +93,17 @@ def zygote_spec(socket_path: Path, log_path: Path | None, pidfile: Path | None,
     env = zygote_env()
     if home is not None:  # memsearch reads ~/.memsearch/config.toml at import time
         env["HOME"] = str(home)
-    return ChildSpec(name=ZYGOTE_NAME, argv=tuple(argv), env=env, log_path=log_path,
-                     pidfile=pidfile, startsecs=0.2, stop_signal=signal.SIGTERM,
-                     stop_timeout=5.0, ready=lambda: _answers(socket_path))
+    return ChildSpec(
+        name=ZYGOTE_NAME,
+        argv=tuple(argv),
+        env=env,
+        log_path=log_path,
+        pidfile=pidfile,
+        startsecs=0.2,
+        stop_signal=signal.SIGTERM,
+        stop_timeout=5.0,
+        ready=lambda: _answers(socket_path),
+    )
 
 
 def _answers(socket_path: Path) -> bool:
@@ -100,9 +120,14 @@ def _answers(socket_path: Path) -> bool:
 class ZygoteSpawner:
     """Spawner: fork from the zygote when it is RUNNING, else spawn plainly."""
 
-    def __init__(self, socket_path: Path | None = None, *, enabled: bool = True,
-                 modules: Sequence[str] = FORKABLE,
-                 fallback: procs.PopenSpawner | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: Path | None = None,
+        *,
+        enabled: bool = True,
+        modules: Sequence[str] = (),
+        fallback: procs.PopenSpawner | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self.modules = tuple(modules)
         self.fallback = fallback or procs.PopenSpawner()
@@ -127,12 +152,13 @@ class ZygoteSpawner:
     @staticmethod
     def _subreaper(enabled: bool) -> bool:
         if not enabled:
-            log.info("zygote disabled by the setting; children are spawned plainly")
+            log.info("zygote.disabled", reason="supervision.zygote = false", spawn="plain")
             return False
         if become_subreaper():
             return True
-        log.warning("zygote unavailable: memd cannot be a child subreaper on this "
-                    "platform; children are spawned plainly")
+        log.warning(
+            "zygote.unsupported", reason="memd cannot be a child subreaper here", spawn="plain"
+        )
         return False
 
     def status(self) -> dict[str, Any]:
@@ -166,7 +192,7 @@ class ZygoteSpawner:
             self._fall_back(str(exc))
             return None
         if self._down_logged:
-            log.info("zygote back; children are forked again")
+            log.info("zygote.back", spawn="forked")
             self._down_logged = False
         self.forked += 1
         proc = ForkedProc(pid, spec, self)
@@ -176,15 +202,20 @@ class ZygoteSpawner:
 
     def _fall_back(self, why: str) -> None:
         if not self._down_logged:
-            log.warning("zygote unavailable; spawning children plainly until it is back",
-                        reason=why)
+            log.warning("zygote.unavailable", reason=why, spawn="plain until it is back")
             self._down_logged = True
 
     def _request(self, spec: ChildSpec) -> int:
         env = dict(spec.env) if spec.env is not None else dict(os.environ)
-        message = json.dumps({"op": "spawn", "argv": list(spec.argv), "env": env,
-                              "cwd": str(spec.cwd) if spec.cwd is not None else None,
-                              "parent": os.getpid()}).encode()
+        message = json.dumps(
+            {
+                "op": "spawn",
+                "argv": list(spec.argv),
+                "env": env,
+                "cwd": str(spec.cwd) if spec.cwd is not None else None,
+                "parent": os.getpid(),
+            }
+        ).encode()
         out = procs._open_log(spec)
         fds = [out] if out != procs.subprocess.DEVNULL else []
         try:
@@ -268,7 +299,7 @@ class ZygoteSpawner:
             except (OSError, ChildProcessError):
                 continue
         if reaped:
-            log.info("reaped orphaned zombies", pids=reaped)
+            log.info("zygote.strays_reaped", pids=reaped)
         return reaped
 
 
@@ -327,7 +358,7 @@ class ForkedProc(procs.PopenProc):
 
     def _lost(self) -> int:
         """Not our child (memd lost its subreaper role?): gone, status unknown."""
-        log.error("forked child is not memd's child; its exit status is lost", pid=self.pid)
+        log.error("zygote.child_lost", pid=self.pid, reason="not memd's child: exit status lost")
         self.returncode = 255
         return self.returncode
 
@@ -341,13 +372,16 @@ class ForkedProc(procs.PopenProc):
         """The record `reap_leftovers` checks; `title` is the command line /proc shows."""
         assert self._spec.pidfile is not None
         record: dict[str, Any] = {
-            "pid": self.pid, "create_time": self.create_time, "argv": list(self._spec.argv),
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "argv": list(self._spec.argv),
             "title": procs.process_title(self._spec.argv),
-            "name": self._spec.name, "stop_signal": int(self._spec.stop_signal),
-            "memd_pid": os.getpid(), "forked": True,
+            "name": self._spec.name,
+            "stop_signal": int(self._spec.stop_signal),
+            "memd_pid": os.getpid(),
+            "forked": True,
         }
         try:
             procs._write_atomic(self._spec.pidfile, json.dumps(record))
         except OSError as exc:
-            log.warning("pidfile not written", name=self._spec.name, pid=self.pid,
-                        error=str(exc))
+            log.warning("child.pidfile_failed", name=self._spec.name, pid=self.pid, error=str(exc))

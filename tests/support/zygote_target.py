@@ -18,11 +18,18 @@ def main() -> int:
     out = Path(sys.argv[1])
     mode = sys.argv[2] if len(sys.argv) > 2 else "run"
     print(f"zygote_target up pid={os.getpid()}", flush=True)
-    seen = {"pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
-            "sid": os.getsid(0), "argv": sys.argv, "cwd": os.getcwd(),
-            "env": os.environ.get("ZYGOTE_TARGET"), "home": os.environ.get("HOME"),
-            "sigint": str(signal.getsignal(signal.SIGINT)),
-            "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}
+    seen = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "pgid": os.getpgid(0),
+        "sid": os.getsid(0),
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "env": os.environ.get("ZYGOTE_TARGET"),
+        "home": os.environ.get("HOME"),
+        "sigint": str(signal.getsignal(signal.SIGINT)),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    }
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(seen))
     os.replace(tmp, out)

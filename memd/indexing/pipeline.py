@@ -35,6 +35,7 @@ from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_s
 log = structlog.get_logger()
 
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
+SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
 
 # What the zygote forks, and what it imports first: everything a watcher and an index
 # server import at start, and what they import lazily soon after (memsearch's openai
@@ -90,7 +91,7 @@ class Pipelines:
         self.spawner: ZygoteSpawner | None = None
         if supervisor is None:
             self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
-            supervisor = Supervisor(spawner=self.spawner)
+            supervisor = Supervisor(spawner=self.spawner, spawn_budget=SPAWN_BUDGET)
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}

@@ -39,7 +39,7 @@ class Supervisor:
         tick: float = 0.25,
         poll: float = 0.05,
         prefer_wait: float = 30.0,
-        spawn_budget: float = 0.2,
+        spawn_budget: float | None = None,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
@@ -51,7 +51,7 @@ class Supervisor:
         self._added_at: dict[str, float] = {}
         self._came_up: set[str] = set()  # preferred children that have been RUNNING
         self._prefer_wait = prefer_wait
-        self._spawn_budget = spawn_budget  # wall seconds of spawning per tick
+        self._spawn_budget = spawn_budget  # wall seconds of spawning per tick; None: no limit
         self._wanted: set[str] = set()
         self._closing = False
 
@@ -180,10 +180,11 @@ class Supervisor:
         """One tick for every child: starts wanted ones, lets each make its timing decisions.
 
         Spawns block the loop (a fork from the zygote takes 50-300 ms on a loaded box), so
-        once a tick has spent spawn_budget seconds on them the rest wait for the next
-        tick; every child is still polled."""
+        once a tick has spent spawn_budget seconds on them (if set; memd's pipelines set
+        it) the rest wait for the next tick; every child is still polled."""
         now = self._clock() if now is None else now
-        budget_end = time.monotonic() + self._spawn_budget
+        budget = self._spawn_budget
+        budget_end = time.monotonic() + budget if budget is not None else float("inf")
         for name, child in list(self._children.items()):
             may_start = (
                 name in self._wanted

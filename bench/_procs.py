@@ -1,4 +1,5 @@
-"""Benchmark support: memd's process tree measured by kind (memd, index servers, watchers).
+"""Benchmark support: memd's process tree measured by kind (memd, zygote, index servers,
+watchers).
 
 RSS counts shared library pages once per process; PSS splits them between the processes
 that map them, so a sum of PSS is what N processes really cost together.
@@ -12,7 +13,7 @@ from collections import defaultdict
 
 import psutil
 
-KINDS = ("memd", "index_server", "watcher")
+KINDS = ("memd", "zygote", "index_server", "watcher")
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -25,9 +26,12 @@ def kind_of(proc: psutil.Process) -> str:
         line = " ".join(proc.cmdline())
     except psutil.Error:
         return "gone"
+    if "memd.supervision.zygote" in line:  # first: its argv names the modules it forks
+        return "zygote"
     if "memd.indexing.index_server" in line:
         return "index_server"
-    if "memsearch" in line and " watch " in f" {line} ":
+    watcher = "memd.indexing.watch" in line or "memsearch" in line
+    if watcher and " watch " in f" {line} ":
         return "watcher"
     if "memd.cli" in line:
         return "memd"

@@ -1,98 +1,183 @@
-"""Cost of N enabled clients: RSS of memd and its children, idle CPU, time to ready.
+"""Cost of N enabled clients: memory per process kind, time to RUNNING, recovery, idle CPU.
 
-    .venv/bin/python bench/scale.py [--clients 1 5 20] [--idle-seconds 30]
+    .venv/bin/python bench/scale.py [--clients 1 5 20] [--idle-seconds 60] [--no-zygote]
 
-For each N: start memd with N enabled clients (each gets an index server and a
-memsearch watch), time until every watcher is RUNNING, record one exchange per client so
-every pipeline has done real work, then measure RSS (memd, and per client) and the CPU
-used by memd plus all children over an idle window.
+For each N: start memd with N enabled clients (each gets an index server and a memsearch
+watch, forked from the zygote unless --no-zygote sets `supervision.zygote = false`), time
+until every child is RUNNING, record one exchange per client so every pipeline has done
+real work, then measure for memd, the zygote, the index servers and the watchers:
+
+- RSS, PSS and USS from /proc/<pid>/smaps_rollup (PSS splits shared pages between the
+  processes that map them, so a sum of PSS is what they cost together; USS is what each
+  process alone holds);
+- the CPU each kind uses over an idle window;
+- kill -9 of one watcher: until its replacement is RUNNING, and until an exchange recorded
+  right after the kill is found by recall.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import time
+from collections import defaultdict
+from typing import Any
 
 import psutil
-from _daemon import running_daemon
-from _procs import idle_cpu_by_kind, tree
+from _daemon import machine, running_daemon
+from _procs import KINDS, idle_cpu_by_kind, kind_of, tree
+
+from memd.cli.client import RemoteError
+
+FIELDS = {"rss": "Rss", "pss": "Pss"}
 
 
-def rss_mb(procs: list[psutil.Process], kind: str = "rss") -> float:
-    """RSS counts shared library pages once per process; PSS splits them fairly, so a
-    sum of PSS is what N processes really cost together."""
-    total = 0
-    for p in procs:
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """MB of RSS, PSS and USS (private clean + private dirty) of one process."""
+    kb: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                kb[parts[0][:-1]] = int(parts[1])
+    uss = kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)
+    return {"rss": kb.get("Rss", 0) / 1024, "pss": kb.get("Pss", 0) / 1024, "uss": uss / 1024}
+
+
+def memory_by_kind(pid: int) -> dict[str, dict[str, float]]:
+    """{kind: {rss, pss, uss, n}} over memd's process tree, plus "total"."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for proc in tree(pid):
         try:
-            info = p.memory_full_info() if kind == "pss" else p.memory_info()
-            total += getattr(info, kind)
-        except psutil.NoSuchProcess:
+            mem = smaps_rollup(proc.pid)
+        except OSError:
             continue
-    return total / 2**20
+        for kind in (kind_of(proc), "total"):
+            for key, value in mem.items():
+                out[kind][key] += value
+            out[kind]["n"] += 1
+    return out
 
 
-def all_running(status: dict, n: int) -> bool:
+def all_running(status: dict[str, Any], n: int) -> bool:
     clients = status["clients"]
     return len(clients) == n and all(
-        (c.get("watcher") or {}).get("state") == "RUNNING" for c in clients.values()
+        (c.get(k) or {}).get("state") == "RUNNING"
+        for c in clients.values()
+        for k in ("index_server", "watcher")
     )
 
 
-def measure(n: int, idle: float) -> dict[str, float]:
+def recall_finds(memd: Any, client: str, query: str, needle: str) -> bool:
+    try:
+        result = memd.call("memory.recall", {"client_id": client, "query": query, "top_k": 10})
+    except RemoteError:
+        return False
+    return any(needle in r["content"] for r in result["results"])
+
+
+def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float, float]:
+    """Seconds from kill -9 of the watcher until its replacement is RUNNING, and until an
+    exchange recorded right after the kill is recallable."""
+    old = memd.call("daemon.status")["clients"][client]["watcher"]["pid"]
+    killed = time.monotonic()
+    os.kill(old, signal.SIGKILL)
+    memd.call(
+        "memory.record_exchange",
+        {
+            "client_id": client,
+            "conversation_id": "kill",
+            "user": "Where is the spare key of the boathouse?",
+            "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
+        },
+    )
+    running = found = None
+    while time.monotonic() - killed < timeout and (running is None or found is None):
+        if running is None:
+            w = memd.call("daemon.status")["clients"][client]["watcher"]
+            if w["pid"] not in (None, old) and w["state"] == "RUNNING":
+                running = time.monotonic() - killed
+        if found is None and recall_finds(memd, client, "spare key boathouse", "Osprey-41"):
+            found = time.monotonic() - killed
+        time.sleep(0.05)
+    return (
+        running if running is not None else float("nan"),
+        found if found is not None else float("nan"),
+    )
+
+
+def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
     clients = {f"c{i:02d}": {"memory_enabled": True, "mode": "mcp_via_llm"} for i in range(n)}
     started = time.monotonic()
-    with running_daemon(clients=clients) as memd:
+    with running_daemon(clients=clients, supervision={"zygote": zygote}) as memd:
+        answered = time.monotonic() - started
         while not all_running(memd.call("daemon.status"), n):
-            time.sleep(0.2)
+            time.sleep(0.1)
         ready = time.monotonic() - started
         for cid in clients:
             memd.call(
                 "memory.record_exchange",
                 {"client_id": cid, "conversation_id": "x", "user": "warm up", "assistant": "ok"},
             )
-        time.sleep(5)  # let watchers index it and settle
-        procs = tree(memd.proc.pid)
-        memd_rss = rss_mb(procs[:1])
-        total_rss = rss_mb(procs)
-        memd_pss = rss_mb(procs[:1], "pss")
-        total_pss = rss_mb(procs, "pss")
+        time.sleep(10)  # let watchers index it and settle
+        mem = memory_by_kind(memd.proc.pid)
         cpu = idle_cpu_by_kind(memd.proc.pid, idle)
+        restart, recallable = kill_watcher(memd, "c00")
+        forked = (memd.call("daemon.status").get("zygote") or {}).get("forked", 0)
     return {
         "clients": n,
+        "zygote": zygote,
+        "answered_s": answered,
         "ready_s": ready,
-        "memd_mb": memd_rss,
-        "total_mb": total_rss,
-        "per_client_mb": (total_rss - memd_rss) / n,
-        "memd_pss": memd_pss,
-        "total_pss": total_pss,
-        "per_client_pss": (total_pss - memd_pss) / n,
-        "idle_cpu_pct": cpu["total"],
-        "idle_cpu_memd": cpu.get("memd", 0.0),
-        "idle_cpu_children": cpu["total"] - cpu.get("memd", 0.0),
+        "mem": mem,
+        "cpu": cpu,
+        "restart_s": restart,
+        "recallable_s": recallable,
+        "forked": forked,
     }
+
+
+def report(r: dict[str, Any]) -> None:
+    n, mem, cpu = r["clients"], r["mem"], r["cpu"]
+    print(
+        f"\n{n} clients, zygote {'on' if r['zygote'] else 'off'} ({r['forked']} forked): "
+        f"memd answered {r['answered_s']:.1f} s, all children RUNNING {r['ready_s']:.1f} s "
+        f"after start; killed watcher RUNNING again {r['restart_s']:.2f} s, exchange "
+        f"recorded meanwhile recallable {r['recallable_s']:.2f} s after the kill",
+        flush=True,
+    )
+    print(
+        f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "
+        f"{'PSS/proc':>9} {'idle CPU %':>10}"
+    )
+    for kind in (*KINDS, "other", "total"):
+        m = mem.get(kind)
+        if not m:
+            continue
+        count = int(m["n"])
+        print(
+            f"  {kind:<13} {count:>3} {m['rss']:>8.0f} {m['pss']:>8.0f} {m['uss']:>8.0f} "
+            f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f}"
+        )
+    children = mem["total"]["pss"] - mem.get("memd", {}).get("pss", 0.0)
+    print(
+        f"  per client (children + zygote share): {children / n:.0f} MB PSS; "
+        f"total PSS {mem['total']['pss']:.0f} MB",
+        flush=True,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 5, 20])
-    ap.add_argument("--idle-seconds", type=float, default=30.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--no-zygote", action="store_true", help="supervision.zygote = false")
     args = ap.parse_args()
-    print("MB columns: RSS / PSS (PSS shares library pages among processes)")
-    print(
-        f"{'clients':>7} {'ready s':>8} {'memd MB':>11} {'total MB':>13} "
-        f"{'per client MB':>13} {'idle CPU % (memd + children)':>28}"
-    )
+    print(machine(), f"(psutil {psutil.__version__})")
     for n in args.clients:
-        r = measure(n, args.idle_seconds)
-        print(
-            f"{r['clients']:>7} {r['ready_s']:>8.1f} "
-            f"{r['memd_mb']:>5.0f} /{r['memd_pss']:>4.0f} "
-            f"{r['total_mb']:>6.0f} /{r['total_pss']:>5.0f} "
-            f"{r['per_client_mb']:>6.0f} /{r['per_client_pss']:>5.0f} "
-            f"{r['idle_cpu_pct']:>12.2f} ({r['idle_cpu_memd']:.2f} + "
-            f"{r['idle_cpu_children']:.2f})",
-            flush=True,
-        )
+        report(measure(n, args.idle_seconds, zygote=not args.no_zygote))
+    print(machine())
 
 
 if __name__ == "__main__":

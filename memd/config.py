@@ -112,6 +112,14 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class SupervisionConfig:
+    """How memd runs its children. zygote: fork them from one preloaded process
+    (memd.supervision.zygote); false spawns each one plainly. Read at start only."""
+
+    zygote: bool = True
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
@@ -142,6 +150,7 @@ class Config:
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -222,6 +231,7 @@ class _Parser:
             "milvus": dict,
             "proxy": dict,
             "limits": dict,
+            "supervision": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -251,6 +261,7 @@ class _Parser:
             milvus=self.section(data, "milvus", MilvusConfig),
             proxy=self.proxy(data),
             limits=self.limits(data),
+            supervision=self.section(data, "supervision", SupervisionConfig),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )

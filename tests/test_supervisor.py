@@ -449,6 +449,48 @@ def test_dependent_child_starts_only_once_its_requirement_is_running() -> None:
     assert len(spawner.of("watch")) == 2
 
 
+def test_preferred_child_is_waited_for_only_until_it_first_runs_or_fails() -> None:
+    """The zygote is preferred: children wait for its first start (bounded), never for
+    its restarts, and not at all once it has failed."""
+    spawner, clock = FakeSpawner(), FakeClock(0.0)
+    sup = Supervisor(spawner=spawner, clock=clock, tick=0.0, poll=0.0, prefer_wait=10.0)
+    zygote_up = {"ok": False}
+    sup.add(make_spec(name="zygote", startsecs=0.5, ready=lambda: zygote_up["ok"]))
+    sup.add(make_spec(name="a", startsecs=1.0), prefers=["zygote"])
+    for t in (0.0, 1.0, 2.0):
+        sup.step(t)
+    assert spawner.of("zygote") and not spawner.of("a")
+    zygote_up["ok"] = True
+    sup.step(3.0)
+    sup.step(3.0)
+    assert len(spawner.of("a")) == 1
+    # Its restart is not waited for: "a" dies too and comes back while the zygote is down.
+    spawner.of("zygote")[-1].exit(1)
+    spawner.of("a")[-1].exit(1)
+    for t in (5.0, 6.5, 8.0):
+        sup.step(t)
+    assert len(spawner.of("a")) == 2
+    # A zygote that fails before it first ran holds nobody back ...
+    clock.now = 9.0  # when they are added: prefer_wait counts from there
+    sup.add(make_spec(name="z2", startsecs=5.0))
+    sup.add(make_spec(name="b"), prefers=["z2"])
+    sup.step(9.0)
+    assert not spawner.of("b")
+    spawner.of("z2")[-1].exit(1)
+    sup.step(9.5)
+    sup.step(9.5)
+    assert sup.child("z2").state == S.BACKOFF and len(spawner.of("b")) == 1
+    # ... and one that takes too long is waited for only prefer_wait seconds.
+    clock.now = 10.0
+    sup.add(make_spec(name="z3", startsecs=100.0))
+    sup.add(make_spec(name="c"), prefers=["z3"])
+    sup.step(10.0)
+    sup.step(19.0)
+    assert not spawner.of("c")
+    sup.step(20.5)
+    assert len(spawner.of("c")) == 1
+
+
 def test_async_restart_never_overlaps_old_and_new_process() -> None:
     sup, spawner, _ = make_supervisor()
     spawner.obeys = frozenset({signal.SIGKILL})  # ignores SIGINT: restart must wait for SIGKILL

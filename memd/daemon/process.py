@@ -249,6 +249,7 @@ class Daemon:
             "compaction": {
                 k: v for k, v in self.runtime.compactor.status().items() if k != "clients"
             },
+            "zygote": self.runtime.pipelines.zygote_status(),
             "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
             **{service.name: service.status() for service in self.services},
         }

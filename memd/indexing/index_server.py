@@ -95,6 +95,11 @@ def _servicer_class() -> type:
     return FlushingServicer
 
 
+def zygote_preload() -> None:
+    """What memd's zygote imports before forking index servers: the servicer's modules."""
+    _servicer_class()
+
+
 class IndexServer:
     """Open the database, serve it on the socket, and tear both down in order."""
 

@@ -14,14 +14,21 @@ create already; within the tree the handler here turns it into what it means: th
 source is dropped (deleted) and the destination re-indexed (modified), each through the
 same debounce as every other event. Everything else is memsearch's own CLI. The patched
 names are private, which is why memsearch is pinned exactly.
+
+memsearch computes its global config path (`~/.memsearch/config.toml`) from HOME when it
+is imported. A watcher forked from memd's zygote imported it there, under the zygote's
+HOME; `main` points it at the watcher's own HOME (memd's empty per-client folder).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
+import memsearch.cli
+import memsearch.config
 from memsearch import watcher
 from memsearch.cli import cli
 
@@ -53,8 +60,15 @@ def patch() -> None:
     watcher._MarkdownHandler.on_moved = _on_moved
 
 
+def _follow_home() -> None:
+    path = Path("~/.memsearch/config.toml").expanduser()
+    memsearch.config.GLOBAL_CONFIG_PATH = path
+    memsearch.cli.GLOBAL_CONFIG_PATH = path
+
+
 def main() -> None:
     heap.tune()  # each indexing batch frees its chunks and vectors: see memd/heap.py
+    _follow_home()
     patch()
     cli(prog_name="memsearch")
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,10 +32,37 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.layout import ClientLayout, write_memsearch_toml
 from memd.supervision import ChildSpec, Supervisor, reap_leftovers
+from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 log = structlog.get_logger()
 
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
+SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
+
+# What the zygote forks, and what it imports first: everything a watcher and an index
+# server import at start, and what they import lazily soon after (memsearch's openai
+# provider imports the SDK on first use: ~700 modules, pydantic and its HTTP stack).
+ZYGOTE_MODULES = ("memd.indexing.memsearch_watch", "memd.indexing.index_server")
+ZYGOTE_PRELOAD = (
+    "memd.heap",
+    "memd.logs",
+    "memsearch.cli",
+    "memsearch.core",
+    "memsearch.watcher",
+    "memsearch.embeddings.openai",
+    "pymilvus",
+    "pymilvus.grpc_gen.milvus_pb2_grpc",
+    "milvus_lite.db",
+    "milvus_lite.adapter.grpc.servicer",
+    "grpc",
+    "grpc._channel",
+    "grpc.experimental",
+    "openai",
+    "openai.resources.embeddings",
+    "openai.types.create_embedding_response",
+    "anyio._backends._asyncio",
+    "truststore",
+)
 
 
 @dataclass
@@ -65,11 +95,23 @@ def _started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) 
     return any(list(argv[:5]) == list(command[:5]) for command in commands)
 
 
+def _is_zygote(argv: Sequence[str]) -> bool:
+    """Whether `argv` is a zygote as memd starts it (interpreter and module)."""
+    return list(argv[:3]) == [sys.executable, "-m", "memd.supervision.zygote"]
+
+
 class Pipelines:
     """Owns the supervisor, the embedding endpoint and every client's pipeline."""
 
     def __init__(self, supervisor: Supervisor | None = None) -> None:
-        self.supervisor = supervisor or Supervisor()
+        # The zygote forks the children when memd builds its own supervisor; a supervisor
+        # handed in (tests) keeps its own spawner.
+        self.spawner: ZygoteSpawner | None = None
+        if supervisor is None:
+            self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
+            supervisor = Supervisor(spawner=self.spawner, spawn_budget=SPAWN_BUDGET)
+            self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
+        self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
         self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
         self._embed: EmbeddingServer | None = None
@@ -98,8 +140,61 @@ class Pipelines:
             reaped = await asyncio.to_thread(reap_leftovers, layout.state_dir, expected=expected)
             if reaped:
                 log.warning("pipeline.reaped_leftovers", dir=str(layout.state_dir), pids=reaped)
+        await self._reap_zygote(config.memory_dir)
+        if self.spawner is not None:
+            # on the loop: spawns happen there
+            self._start_zygote(config.memory_dir, config.supervision.zygote)
+
+    async def _reap_zygote(self, memory_dir: Path) -> None:
+        """A zygote an earlier memd left behind, if its folder passes the trust rule."""
+        state_dir = memory_dir / ".memd"
+        try:
+            trust.check_dir(memory_dir)
+            trust.check_dir(state_dir)
+        except FileNotFoundError:
+            return
+        except trust.UntrustedPath as exc:
+            log.warning("pipeline.leftovers_not_reaped", dir=str(state_dir), error=str(exc))
+            return
+        reaped = await asyncio.to_thread(reap_leftovers, state_dir, expected=_is_zygote)
+        if reaped:
+            log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
+
+    def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
+        """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits
+        in the runtime dir (a Unix socket path must stay short)."""
+        assert self.spawner is not None
+        digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
+        sock = settings.runtime_dir() / f"zygote-{digest}.sock"
+        if not self.spawner.use(sock, enabled=wanted):
+            return
+        state = memory_dir / ".memd"
+        home = state / "zygote-home"
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.supervisor.add(
+            zygote_spec(
+                sock,
+                state / "logs" / "zygote.log",
+                state / "zygote.pid",
+                modules=ZYGOTE_MODULES,
+                preload=ZYGOTE_PRELOAD,
+                home=home,
+            )
+        )
+
+    def zygote_status(self) -> dict[str, Any] | None:
+        """daemon.status's `zygote`: the child's status plus how children were started."""
+        if self.spawner is None:
+            return None
+        out: dict[str, Any] = self.spawner.status()
+        if ZYGOTE_NAME in self.supervisor:
+            out["process"] = self.supervisor.status()[ZYGOTE_NAME].to_dict()
+        return out
+
+    def _prefers(self) -> tuple[str, ...]:
+        return (ZYGOTE_NAME,) if ZYGOTE_NAME in self.supervisor else ()
 
     def searcher(self, client_id: str) -> IndexSearcher | None:
         pipeline = self._pipelines.get(client_id)
@@ -155,7 +250,8 @@ class Pipelines:
                     stop_signal=signal.SIGINT,
                     stop_timeout=10.0,
                     ready=functools.partial(index_ready, sock, timeout=0.2),
-                )
+                ),
+                prefers=self._prefers(),
             )
             children.append(name)
             requires = (name,)
@@ -175,6 +271,7 @@ class Pipelines:
                 ready=self._watching(name, layout.sessions),
             ),
             requires=requires,
+            prefers=self._prefers(),
         )
         children.append(name)
         target = settings.index_target(config, layout)
@@ -302,11 +399,12 @@ class Pipelines:
         if pipeline is None:
             error = self._errors.get(client_id)
             return {"pipeline_error": error} if error else {}
-        children = self.supervisor.status()
+        # This client's children only: the status of all of them, once per client, made
+        # daemon.status quadratic in the number of clients (seconds at 20).
         out: dict[str, Any] = {}
         for name in pipeline.children:
             key = "index_server" if name.endswith("/index") else "watcher"
-            child = children.get(name)
+            child = self.supervisor.child_status(name)
             out[key] = child.to_dict() if child is not None else None
         return out
 
@@ -316,6 +414,8 @@ class Pipelines:
             self._catch_up_task.cancel()
             await asyncio.gather(self._catch_up_task, return_exceptions=True)
         await self.supervisor.shutdown(timeout)
+        if self.spawner is not None:
+            self.spawner.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -38,6 +38,8 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         tick: float = 0.25,
         poll: float = 0.05,
+        prefer_wait: float = 30.0,
+        spawn_budget: float | None = None,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
@@ -45,19 +47,38 @@ class Supervisor:
         self._poll = poll  # how often a waiting stop() looks again
         self._children: dict[str, Child] = {}
         self._requires: dict[str, tuple[str, ...]] = {}
+        self._prefers: dict[str, tuple[str, ...]] = {}
+        self._added_at: dict[str, float] = {}
+        self._came_up: set[str] = set()  # preferred children that have been RUNNING
+        self._prefer_wait = prefer_wait
+        self._spawn_budget = spawn_budget  # wall seconds of spawning per tick; None: no limit
         self._wanted: set[str] = set()
         self._closing = False
 
     # -- membership -----------------------------------------------------------------------
 
-    def add(self, spec: ChildSpec, *, requires: Iterable[str] = (), start: bool = True) -> Child:
+    def add(
+        self,
+        spec: ChildSpec,
+        *,
+        requires: Iterable[str] = (),
+        start: bool = True,
+        prefers: Iterable[str] = (),
+    ) -> Child:
         """Register a child; with start=True it is spawned on the next step once every
-        child named in `requires` is RUNNING (a missing one counts as not RUNNING)."""
+        child named in `requires` is RUNNING (a missing one counts as not RUNNING).
+
+        `prefers` is softer: the child waits for those only until they first reach
+        RUNNING, at most prefer_wait seconds after they were added, and not at all once
+        they failed (BACKOFF, FATAL). The zygote is preferred this way: children started
+        before it is up would be spawned the slow way."""
         if spec.name in self._children:
             raise ValueError(f"child {spec.name!r} already exists")
         child = Child(spec, self._spawner)
         self._children[spec.name] = child
         self._requires[spec.name] = tuple(requires)
+        self._prefers[spec.name] = tuple(prefers)
+        self._added_at[spec.name] = self._clock()
         if start:
             self._wanted.add(spec.name)
         return child
@@ -67,6 +88,9 @@ class Supervisor:
         stopped = await self.stop(name, timeout)
         self._children.pop(name, None)
         self._requires.pop(name, None)
+        self._prefers.pop(name, None)
+        self._added_at.pop(name, None)
+        self._came_up.discard(name)
         self._wanted.discard(name)
         return stopped
 
@@ -86,9 +110,10 @@ class Supervisor:
         if old is not None and old.spec == spec and new_requires == old_requires:
             return old
         wanted = old is None or spec.name in self._wanted
+        prefers = self._prefers.get(spec.name, ())
         if old is not None:
             await self.remove(spec.name, timeout)
-        return self.add(spec, requires=new_requires, start=wanted)
+        return self.add(spec, requires=new_requires, start=wanted, prefers=prefers)
 
     def __contains__(self, name: object) -> bool:
         return name in self._children
@@ -152,10 +177,21 @@ class Supervisor:
     # -- ticking --------------------------------------------------------------------------
 
     def step(self, now: float | None = None) -> None:
-        """One tick for every child: starts wanted ones, lets each make its timing decisions."""
+        """One tick for every child: starts wanted ones, lets each make its timing decisions.
+
+        Spawns block the loop (a fork from the zygote takes 50-300 ms on a loaded box), so
+        once a tick has spent spawn_budget seconds on them (if set; memd's pipelines set
+        it) the rest wait for the next tick; every child is still polled."""
         now = self._clock() if now is None else now
+        budget = self._spawn_budget
+        budget_end = time.monotonic() + budget if budget is not None else float("inf")
         for name, child in list(self._children.items()):
-            may_start = name in self._wanted and self._requirements_running(name)
+            may_start = (
+                name in self._wanted
+                and self._requirements_running(name)
+                and self._preferences_settled(name, now)
+                and time.monotonic() < budget_end
+            )
             if may_start and child.state == ProcessStates.STOPPED:
                 self._guarded(child, child.start, now)
             self._guarded(child, child.step, now, can_spawn=may_start)
@@ -212,7 +248,24 @@ class Supervisor:
     def _requirements_running(self, name: str) -> bool:
         return all(self.is_ready(req) for req in self._requires.get(name, ()))
 
+    def _preferences_settled(self, name: str, now: float) -> bool:
+        for pref in self._prefers.get(name, ()):
+            child = self._children.get(pref)
+            if child is None or pref in self._came_up or pref not in self._wanted:
+                continue
+            if child.state == ProcessStates.RUNNING:
+                self._came_up.add(pref)
+                continue
+            pending = child.state in (ProcessStates.STOPPED, ProcessStates.STARTING)
+            if pending and now < self._added_at[pref] + self._prefer_wait:
+                return False
+        return True
+
     # -- status ---------------------------------------------------------------------------
+
+    def child_status(self, name: str) -> ChildStatus | None:
+        child = self._children.get(name)
+        return child.status(self._clock()) if child is not None else None
 
     def status(self) -> dict[str, ChildStatus]:
         now = self._clock()

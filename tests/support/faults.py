@@ -94,7 +94,8 @@ def children_by_client(
         line = cmdline(proc)
         for client in clients:
             root = f"{memory_dir / client}/"
-            if "memsearch" in line and f" watch {root}sessions" in line:
+            watcher = "memd.indexing.watch" in line or "memsearch" in line
+            if watcher and f" watch {root}sessions" in line:
                 counts[client]["watcher"] += 1
             elif "memd.indexing.index_server" in line and root in line:
                 counts[client]["index_server"] += 1

@@ -57,8 +57,7 @@ from _daemon import (
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IDS = ("26", "30", "41", "42", "43")
 NO_RESULTS = "No relevant memories found."
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
-              5: "adversarial"}
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 _WORD_RE = re.compile(r"\w+")
 
@@ -161,8 +160,12 @@ def exchanges(conv: Conversation) -> list[list[dict[str, Any]]]:
 
 
 def _exchange(number: int, when: datetime, user: list[str], assistant: list[str]) -> dict:
-    return {"conversation_id": f"session_{number}", "user": "\n".join(user),
-            "assistant": "\n".join(assistant), "timestamp": when.isoformat()}
+    return {
+        "conversation_id": f"session_{number}",
+        "user": "\n".join(user),
+        "assistant": "\n".join(assistant),
+        "timestamp": when.isoformat(),
+    }
 
 
 # -- the baseline: BM25 over single turns -------------------------------------------------
@@ -186,8 +189,9 @@ class TurnBM25:
         scores = []
         for i, doc in enumerate(self.docs):
             norm = self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avgdl)
-            s = sum(self.idf[w] * doc[w] * (self.k1 + 1) / (doc[w] + norm)
-                    for w in terms if w in doc)
+            s = sum(
+                self.idf[w] * doc[w] * (self.k1 + 1) / (doc[w] + norm) for w in terms if w in doc
+            )
             scores.append((s, -i))
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         return [self.turns[i] for i in order]
@@ -228,8 +232,9 @@ def ask(conns: Connections, client_id: str, questions: Sequence[Question], top_k
     out = Tally()
     for q in questions:
         start = time.perf_counter()
-        found = conns.call("memory.recall", {"client_id": client_id, "query": q.text,
-                                             "top_k": top_k})
+        found = conns.call(
+            "memory.recall", {"client_id": client_id, "query": q.text, "top_k": top_k}
+        )
         out.seconds.append(time.perf_counter() - start)
         content = "\n".join(r["content"] for r in found["results"])
         out.scores.append(score(q, content))
@@ -243,8 +248,9 @@ def ask(conns: Connections, client_id: str, questions: Sequence[Question], top_k
 def ingest(memd: Any, conns: Connections, conv: Conversation) -> int:
     wait_searchable(memd, conv.client_id)
     record_burst(conns, conv.client_id, exchanges(conv), threads=1)  # in order
-    chunks, _, _ = wait_indexed(memd, IndexView.of(memd, conv.client_id), conv.client_id,
-                                progress=False)
+    chunks, _, _ = wait_indexed(
+        memd, IndexView.of(memd, conv.client_id), conv.client_id, progress=False
+    )
     return chunks
 
 
@@ -252,20 +258,31 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def report(convs: Sequence[Conversation], runs: dict[int, list[Tally]],
-           cross: list[Tally], chunks: int, seconds: float, label: str) -> dict[str, Any]:
+def report(
+    convs: Sequence[Conversation],
+    runs: dict[int, list[Tally]],
+    cross: list[Tally],
+    chunks: int,
+    seconds: float,
+    label: str,
+) -> dict[str, Any]:
     """Print the tables; return the headline figures (for --json)."""
     summary: dict[str, Any] = {"label": label, "questions": sum(len(c.questions) for c in convs)}
-    print(f"\n{summary['questions']} questions, {chunks} chunks, recorded and indexed in "
-          f"{seconds:.0f} s\n")
+    print(
+        f"\n{summary['questions']} questions, {chunks} chunks, recorded and indexed in "
+        f"{seconds:.0f} s\n"
+    )
     print("| top_k | recall | mean chars | BM25-turns baseline at that budget | gap |")
     print("| --- | --- | --- | --- | --- |")
     for top_k, tallies in runs.items():
         scores = [s for t in tallies for s in t.scores]
         chars = [c for t in tallies for c in t.chars]
         budget = mean(chars)
-        base = [score(q, bm.content(q.text, budget)) for conv, bm in _bm25s(convs)
-                for q in conv.questions]
+        base = [
+            score(q, bm.content(q.text, budget))
+            for conv, bm in _bm25s(convs)
+            for q in conv.questions
+        ]
         r, b = mean(scores), mean(base)
         summary[f"recall@{top_k}"], summary[f"chars@{top_k}"] = r, budget
         summary[f"baseline@{top_k}"] = b
@@ -273,19 +290,25 @@ def report(convs: Sequence[Conversation], runs: dict[int, list[Tally]],
     print("\n| category | questions | recall@5 | recall@10 |")
     print("| --- | --- | --- | --- |")
     for cat, name in CATEGORIES.items():
-        at = {k: [s for t in ts for s, c in zip(t.scores, t.categories, strict=True) if c == cat]
-              for k, ts in runs.items()}
+        at = {
+            k: [s for t in ts for s, c in zip(t.scores, t.categories, strict=True) if c == cat]
+            for k, ts in runs.items()
+        }
         print(f"| {cat} {name} | {len(at[5])} | {mean(at[5]):.3f} | {mean(at[10]):.3f} |")
     ms = [s * 1000 for t in runs[5] for s in t.seconds]
     summary["p50_ms"], summary["p99_ms"] = percentile(ms, 50), percentile(ms, 99)
-    print(f"\nrecall latency over the socket (top_k 5, {len(ms)} calls): "
-          f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms")
+    print(
+        f"\nrecall latency over the socket (top_k 5, {len(ms)} calls): "
+        f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms"
+    )
     if cross:
         texts = [c for t in cross for c in t.contents]
         share = mean([c.strip() == NO_RESULTS for c in texts])
         summary["abstention"] = share
-        print(f"cross-conversation (questions of one conversation against the next one's "
-              f"memory, top_k 5): {share:.1%} of {len(texts)} answered '{NO_RESULTS}'")
+        print(
+            f"cross-conversation (questions of one conversation against the next one's "
+            f"memory, top_k 5): {share:.1%} of {len(texts)} answered '{NO_RESULTS}'"
+        )
     return summary
 
 
@@ -302,14 +325,22 @@ def _bm25s(convs: Sequence[Conversation]) -> list[tuple[Conversation, TurnBM25]]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with the dev conversations (26.json, ...)")
-    ap.add_argument("--conversations", default=",".join(DEFAULT_IDS),
-                    help="comma-separated conversation names (default: all five)")
+    ap.add_argument(
+        "--conversations",
+        default=",".join(DEFAULT_IDS),
+        help="comma-separated conversation names (default: all five)",
+    )
     ap.add_argument("--no-cross", action="store_true", help="skip the abstention run")
     ap.add_argument("--label", default="memd", help="name of this run in --json output")
     ap.add_argument("--json", help="append the headline figures as one JSON line here")
-    ap.add_argument("--config", action="append", default=[], metavar="KEY=JSON",
-                    help="extra memd config (top-level key = JSON value), e.g. "
-                         "'recall={\"min_score\": 0.3}'; may be repeated")
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra memd config (top-level key = JSON value), e.g. "
+        "'recall={\"min_score\": 0.3}'; may be repeated",
+    )
     args = ap.parse_args()
     folder = data_dir(args.data)
     convs = [load(folder, name.strip()) for name in args.conversations.split(",") if name]
@@ -324,9 +355,14 @@ def main() -> None:
             chunks = sum(pool.map(lambda c: ingest(memd, conns, c), convs))
         seconds = time.monotonic() - start
         runs = {k: [ask(conns, c.client_id, c.questions, k) for c in convs] for k in (5, 10)}
-        cross = [] if args.no_cross or len(convs) < 2 else [
-            ask(conns, convs[(i + 1) % len(convs)].client_id, c.questions, 5)
-            for i, c in enumerate(convs)]
+        cross = (
+            []
+            if args.no_cross or len(convs) < 2
+            else [
+                ask(conns, convs[(i + 1) % len(convs)].client_id, c.questions, 5)
+                for i, c in enumerate(convs)
+            ]
+        )
         summary = report(convs, runs, cross, chunks, seconds, args.label)
         conns.close()
     print(f"at the end: {machine()}")

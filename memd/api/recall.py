@@ -59,6 +59,7 @@ def register(registry: Registry, app: App) -> None:
                 args.after,
                 args.before,
                 runtime.layout,
+                settings=app.runtime.config.recall,
             )
         except IndexUnavailableError as exc:
             log.warning("recall.unavailable", client=client_id, error=str(exc))
@@ -145,6 +146,7 @@ async def call_tool(
             args.after,
             args.before,
             runtime.layout,
+            settings=config.recall,
         )
     except IndexUnavailableError as exc:
         log.warning("recall.unavailable", client=client_id, error=str(exc))

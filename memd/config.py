@@ -103,7 +103,7 @@ class RecallConfig:
 
     bm25_weight: float = 0.7
     min_score: float = 0.5
-    drop_below: float = 0.25
+    drop_below: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,18 @@ class SupervisionConfig:
 
 
 @dataclass(frozen=True)
+class RecallConfig:
+    """How recall ranks and filters (defaults measured on LoCoMo's dev split, see
+    docs/quality.md): `bm25_weight` weighs BM25 (normalised to the query's best match)
+    against cosine similarity; results whose relevance is under `drop_below` are left out,
+    and when none reaches `min_score` recall answers "No relevant memories found."."""
+
+    bm25_weight: float = 0.7
+    min_score: float = 0.5
+    drop_below: float = 0.0
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
@@ -151,6 +163,7 @@ class Config:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 
@@ -232,6 +245,7 @@ class _Parser:
             "proxy": dict,
             "limits": dict,
             "supervision": dict,
+            "recall": dict,
             "clients": dict,
         }
         self.check_keys("", data, top)
@@ -262,6 +276,7 @@ class _Parser:
             proxy=self.proxy(data),
             limits=self.limits(data),
             supervision=self.section(data, "supervision", SupervisionConfig),
+            recall=self.recall(data),
             clients=MappingProxyType(self.clients(data.get("clients", {}))),
             source=source,
         )
@@ -326,6 +341,15 @@ class _Parser:
                 '(memd never reads SDK variables; write api_key = "env:VAR")',
             )
         return emb
+
+    def recall(self, data: Mapping[str, Any]) -> RecallConfig:
+        rec = self.section(data, "recall", RecallConfig)
+        for key in ("bm25_weight", "min_score", "drop_below"):
+            if not 0.0 <= getattr(rec, key) <= 1.0:
+                raise self.fail(f"recall.{key}", "must be between 0 and 1")
+        if rec.drop_below > rec.min_score:
+            raise self.fail("recall.drop_below", "must not be above recall.min_score")
+        return rec
 
     def compaction(self, data: Mapping[str, Any]) -> CompactionConfig:
         comp = self.section(data, "compaction", CompactionConfig)

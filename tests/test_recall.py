@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 
 from memd import recall as rc
-from memd.config import EmbeddingConfig
+from memd.config import EmbeddingConfig, RecallConfig
 from memd.indexing.embed_server import EmbeddingServer
 from memd.indexing.search import Hit, IndexSearcher, IndexUnavailableError
 from memd.indexing.settings import IndexTarget
@@ -394,6 +394,24 @@ def test_char_budget_bounds_the_text_and_shares_it_fairly() -> None:
     assert all(r["content"].endswith("[… truncated]") for r in out["results"][1:])
 
 
+def test_one_huge_section_gets_only_its_share_cut_around_its_match() -> None:
+    lines = [
+        "## system prompt",
+        "",
+        *[f"rule {i}: " + "y" * 80 for i in range(120)],
+        "NEEDLE the matching rule",
+        *[f"rule tail {i}: " + "z" * 80 for i in range(20)],
+    ]
+    huge = _memory("\n".join(lines), focus=lines.index("NEEDLE the matching rule"), n=1)
+    others = [_memory(f"## short {i}\n\n**User:** fact number {i}", n=i) for i in range(2, 6)]
+    out = rc.render([huge, *others], budget=12_000)
+    first = out["results"][0]["content"]
+    assert len(first) <= 12_000 // 5 and out["results"][0]["truncated"]
+    assert "NEEDLE the matching rule" in first and "[…]" in first
+    assert first.endswith("[… truncated]")
+    assert [r["content"] for r in out["results"][1:]] == [m.content for m in others]
+
+
 def test_too_many_sections_for_the_budget_drop_the_least_relevant() -> None:
     memories = [_memory("## m\n\n" + "x " * 2000, score=1 - i / 100, n=i) for i in range(20)]
     out = rc.render(memories, budget=2000)
@@ -424,8 +442,8 @@ def test_clip_keeps_the_heading_and_the_matched_chunk() -> None:
     assert rc.clip("short", 1000) == "short"
 
 
-def test_allot_gives_short_ones_all_and_splits_the_rest() -> None:
-    assert rc.allot([10, 1000, 1000], 610) == [10, 300, 300]
+def test_allot_gives_no_one_more_than_an_equal_share() -> None:
+    assert rc.allot([10, 1000, 1000], 610) == [10, 203, 203]
     assert rc.allot([5, 5], 100) == [5, 5]
     assert sum(rc.allot([7, 900, 13, 400], 500)) <= 500
 
@@ -477,7 +495,8 @@ def _recall(
 @pytest.mark.slow
 def test_recall_finds_the_right_exchange(indexed: dict[str, ClientIndex]) -> None:
     alice = indexed["alice"]
-    out = _recall(alice, "capital of Australia", top_k=3)
+    everything = RecallConfig(min_score=0.0, drop_below=0.0)  # no relevance cut here
+    out = _recall(alice, "capital of Australia", top_k=3, settings=everything)
     best = out["results"][0]
     assert "Canberra is the capital of Australia." in best["content"]
     assert best["heading"].startswith("2026-10-01 10:00:00 UTC · exchange 1 — ")
@@ -487,6 +506,22 @@ def test_recall_finds_the_right_exchange(indexed: dict[str, ClientIndex]) -> Non
     assert "[1] relevance" in out["text"] and "Canberra" in out["text"].split("[2]")[0]
     assert str(alice.layout.memory_dir) not in repr(out)
     assert all("client_id:" not in r["content"] for r in out["results"])
+
+
+@pytest.mark.slow
+def test_an_unrelated_query_finds_nothing_and_a_related_one_clears_the_bar(
+    indexed: dict[str, ClientIndex],
+) -> None:
+    alice = indexed["alice"]
+    for query in ("quantum chromodynamics", "xylophone", "who won the 1998 world cup?"):
+        assert _recall(alice, query) == {"results": [], "text": rc.NO_RESULTS}, query
+    out = _recall(alice, "what is the capital of Australia?")
+    assert "Canberra" in out["results"][0]["content"]
+    assert all(r["score"] >= RecallConfig().drop_below for r in out["results"])
+    assert out["results"][0]["score"] >= RecallConfig().min_score
+    # With the bar at 0 the same unrelated query gets its (weak) nearest matches.
+    loose = _recall(alice, "xylophone", settings=RecallConfig(min_score=0.0, drop_below=0.0))
+    assert loose["results"] and all(r["score"] < 0.5 for r in loose["results"])
 
 
 @pytest.mark.slow

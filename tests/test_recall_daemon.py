@@ -115,7 +115,9 @@ class Memd:
 @pytest.fixture(scope="module")
 def memd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memd]:
     tmp = tmp_path_factory.mktemp("recall-daemon")
-    config = base_config(tmp, clients=CLIENTS)
+    # No relevance cut: these tests look at what the search finds (the cut and the
+    # abstention are tested in test_recall.py and bench/locomo.py).
+    config = base_config(tmp, clients=CLIENTS, recall={"min_score": 0.0, "drop_below": 0.0})
     proc = DaemonProcess(write_config(tmp / "config.toml", config))
     try:
         proc.start()

@@ -60,6 +60,7 @@ def register(registry: Registry, app: App) -> None:
                 args.before,
                 runtime.layout,
                 waiting=app.runtime.config.limits.recall_queue,
+                settings=app.runtime.config.recall,
             )
         except rc.RecallBusyError as exc:
             log.warning("recall.busy", client=client_id, error=str(exc))
@@ -153,6 +154,7 @@ async def call_tool(
             args.before,
             runtime.layout,
             waiting=config.limits.recall_queue,
+            settings=config.recall,
         )
     except IndexUnavailableError as exc:
         log.warning("recall.unavailable", client=client_id, error=str(exc))

@@ -41,6 +41,8 @@ from typing import Any
 
 import structlog
 
+from memd.indexing import analysis
+
 log = structlog.get_logger()
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -86,7 +88,7 @@ def _servicer_class() -> type:
 
         def CreateCollection(self, request: Any, context: Any) -> Any:
             with self._write_lock:
-                return super().CreateCollection(request, context)
+                return super().CreateCollection(analysis.with_analyzer(request), context)
 
         def DropCollection(self, request: Any, context: Any) -> Any:
             with self._write_lock:
@@ -118,6 +120,7 @@ class IndexServer:
         from milvus_lite.db import MilvusLite
         from pymilvus.grpc_gen import milvus_pb2_grpc
 
+        analysis.install_lite_analyzers()  # before any collection's analyzer is built
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._db = MilvusLite(str(self.data_dir))
         marker = self.data_dir / OPEN_MARKER

@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from memd.config import Config
+from memd.indexing import analysis
 from memd.indexing.embed_server import Endpoint
 from memd.indexing.settings import (
     IndexSettings,
@@ -198,12 +199,43 @@ def prepare_index(config: Config, layout: ClientLayout) -> bool:
     Returns True when it rebuilt. Call with the client's index server stopped.
     """
     spec = index_spec(config, layout)
+    target = index_target(config, layout)
     rebuilt = False
     if needs_rebuild(layout, spec):
-        rebuild(layout, index_target(config, layout))
+        rebuild(layout, target)
         rebuilt = True
+    if not target.local:
+        _create_remote(config, target, spec)
     write_spec(layout, spec)
     return rebuilt
+
+
+def _create_remote(
+    config: Config, target: IndexTarget, spec: IndexSpec, timeout: float = 30.0
+) -> None:
+    """Create the client's collection on the Milvus server with memd's analyzer before
+    the watcher starts (memsearch would create it without one). A local index needs
+    nothing here: its index server adds the analyzer to the collection memsearch creates."""
+    from pymilvus import MilvusClient
+
+    dimension = spec.dimension or _provider_dimension(config)
+    client = MilvusClient(uri=target.uri, token=target.token or "", timeout=timeout)
+    try:
+        analysis.create_collection(client, target.collection, dimension, timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def _provider_dimension(config: Config) -> int:
+    """The dimension memsearch's provider reports for the configured model."""
+    from memsearch.embeddings import get_provider
+
+    emb = watcher_embedding(config.embedding, None)
+    provider = get_provider(
+        emb.provider, model=emb.model, base_url=emb.base_url or None, api_key=emb.api_key or None
+    )
+    return int(provider.dimension)
 
 
 def _wipe_local(layout: ClientLayout) -> None:

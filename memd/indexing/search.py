@@ -5,10 +5,12 @@ the scale-out Milvus server) and keeps that connection; no memsearch process per
 query is embedded in-process with the same model the watcher indexes with: memd's embedded
 model directly, any other provider through memsearch's own provider classes.
 
-The search is memsearch's (`MilvusStore.search`, memsearch 0.4.23): a dense COSINE request
-and a BM25 request over the same filter, fused with RRF (k=60), scores normalised to [0, 1].
-It is rebuilt here, rather than called, so that every RPC carries a deadline; a test checks
-that both return the same hits. Expand is memsearch's too (`memsearch expand`'s section
+The search asks the index for its two halves over the same filter, as memsearch's
+`MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request
+and a BM25 request, each for the best `CANDIDATES` chunks, ranked by normalised-score
+fusion and given a calibrated relevance score (memd.indexing.ranking; memsearch's equal-
+weight RRF lets the weaker half drag the stronger one down). Every RPC carries a
+deadline. Expand is memsearch's too (`memsearch expand`'s section
 rule, reused from its CLI module): the full markdown section a chunk belongs to.
 
 Time filters use the exchange headings that memd's transcripts carry
@@ -34,13 +36,13 @@ from typing import Any
 import structlog
 
 from memd.config import EmbeddingConfig
-from memd.indexing import embedding
+from memd.indexing import analysis, embedding, ranking
 from memd.indexing.settings import IndexTarget, uses_embedded_model, watcher_embedding
 from memd.markdown import heading_time, parse_exchange_title
 
 log = structlog.get_logger()
 
-RRF_K = 60
+CANDIDATES = 30  # from each half, before fusion
 DEFAULT_TIMEOUT = 10.0
 OUTPUT_FIELDS = [
     "content",
@@ -219,10 +221,12 @@ class IndexSearcher:
         embedding_cfg: EmbeddingConfig,
         root: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        bm25_weight: float = ranking.DEFAULT_BM25_WEIGHT,
     ) -> None:
         self.target = target
         self.root = root
         self.timeout = timeout
+        self.bm25_weight = bm25_weight
         self._embedder = QueryEmbedder(embedding_cfg)
         self._client: Any = None
         self._lock = threading.Lock()
@@ -237,8 +241,11 @@ class IndexSearcher:
         after: datetime | None = None,
         before: datetime | None = None,
         timeout: float | None = None,
+        bm25_weight: float | None = None,
     ) -> list[Hit]:
-        """The top chunks for `query`, best first; [] when nothing is indexed yet."""
+        """The top chunks for `query`, best first; [] when nothing is indexed yet.
+
+        Each hit's `score` is its calibrated relevance (memd.indexing.ranking)."""
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not query.strip():
@@ -251,7 +258,8 @@ class IndexSearcher:
             vector = self._embedder.embed(query, _remaining(deadline))
         except TimeoutError:
             raise IndexUnavailableError("embedding the query timed out") from None
-        rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline))
+        weight = self.bm25_weight if bm25_weight is None else bm25_weight
+        rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight))
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
 
@@ -335,10 +343,16 @@ class IndexSearcher:
             self._client = None
 
     def _hybrid(
-        self, client: Any, vector: list[float], query: str, limit: int, expr: str, deadline: float
+        self,
+        client: Any,
+        vector: list[float],
+        query: str,
+        limit: int,
+        expr: str,
+        deadline: float,
+        bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        from pymilvus import AnnSearchRequest, RRFRanker
-
+        """Both halves, fused in memd (memd.indexing.ranking); `score` is the relevance."""
         name = self.target.collection
         if not client.has_collection(name, timeout=_remaining(deadline)):
             return []
@@ -346,35 +360,50 @@ class IndexSearcher:
         # BM25 over an empty collection fails (avgdl = 0); memsearch checks the same way.
         if _row_count(client, name, deadline) == 0:
             return []
-        extra = {"expr": expr} if expr else {}
-        reqs = [
-            AnnSearchRequest(
-                data=[vector],
-                anns_field="embedding",
-                param={"metric_type": "COSINE", "params": {}},
-                limit=limit,
+        pool = max(limit, CANDIDATES)
+        extra = {"filter": expr} if expr else {}
+
+        def one(data: Any, field: str, metric: str, fields: list[str]) -> list[dict[str, Any]]:
+            res = client.search(
+                collection_name=name,
+                data=data,
+                anns_field=field,
+                search_params={"metric_type": metric, "params": {}},
+                limit=pool,
+                output_fields=fields,
+                timeout=_remaining(deadline),
                 **extra,
-            ),
-            AnnSearchRequest(
-                data=[query],
-                anns_field="sparse_vector",
-                param={"metric_type": "BM25"},
-                limit=limit,
-                **extra,
-            ),
-        ]
-        results = client.hybrid_search(
-            collection_name=name,
-            reqs=reqs,
-            ranker=RRFRanker(k=RRF_K),
-            limit=limit,
-            output_fields=OUTPUT_FIELDS,
-            timeout=_remaining(deadline),
-        )
-        if not results or not results[0]:
-            return []
-        max_rrf = len(reqs) / (RRF_K + 1)
-        return [{**hit["entity"], "score": hit["distance"] / max_rrf} for hit in results[0]]
+            )
+            return list(res[0]) if res else []
+
+        dense = one([vector], "embedding", "COSINE", OUTPUT_FIELDS)
+        keyword = one([query], "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
+        rows: dict[str, dict[str, Any]] = {}
+        found: dict[str, ranking.Candidate] = {}
+        for hit in dense:
+            key = hit["entity"]["chunk_hash"]
+            rows[key] = hit["entity"]
+            found[key] = ranking.Candidate(key, 0.0, float(hit["distance"]))
+        for hit in keyword:
+            entity = dict(hit["entity"])
+            key = entity["chunk_hash"]
+            cos = (
+                found[key].cosine
+                if key in found
+                else ranking.cosine(vector, entity.pop("embedding", None) or [])
+            )
+            entity.pop("embedding", None)
+            rows.setdefault(key, entity)
+            # Milvus Lite 3.2.2 over gRPC reports BM25 scores negated (its internal
+            # smaller-is-better distance); a Milvus server reports them as they are.
+            found[key] = ranking.Candidate(key, abs(float(hit["distance"])), cos)
+        query_terms = analysis.terms(query)
+        out = []
+        for cand, _fused in ranking.fuse(list(found.values()), bm25_weight)[:limit]:
+            row = rows[cand.key]
+            covered = ranking.coverage(query_terms, row.get("content") or "")
+            out.append({**row, "score": ranking.relevance(cand.cosine, covered)})
+        return out
 
     def _ensure_loaded(self, client: Any, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""

@@ -30,7 +30,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config, EmbeddingConfig
-from memd.indexing import embedding
+from memd.indexing import analysis, embedding
 from memd.indexing.embed_server import Endpoint
 from memd.layout import ClientLayout
 
@@ -119,6 +119,8 @@ class IndexSpec:
     """Fingerprint of what an index was built with; any change means rebuild.
 
     base_url is left out for the embedded model (its loopback port changes every run).
+    `analyzer` names the BM25 text analysis (memd.indexing.analysis): a spec recorded
+    before it existed reads as "" and so rebuilds the index with the analyzer.
     """
 
     provider: str
@@ -127,6 +129,7 @@ class IndexSpec:
     base_url: str
     target: str
     collection: str
+    analyzer: str = ""
 
 
 # -- names and paths ---------------------------------------------------------------------
@@ -224,6 +227,7 @@ def index_spec(config: Config, layout: ClientLayout) -> IndexSpec:
         base_url="" if embedded else cfg.base_url,
         target="local" if target.local else target.uri,
         collection=target.collection,
+        analyzer=analysis.ANALYZER_NAME,
     )
 
 

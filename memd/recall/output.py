@@ -109,9 +109,11 @@ def format_text(shown: Sequence[Memory], contents: Sequence[str], found: int) ->
 def fit(memories: Sequence[Memory], budget: int) -> tuple[list[Memory], list[str]]:
     """Pick how many sections to show and clip each so the whole text stays within budget.
 
-    Short sections keep all of their text; the characters they leave unused go to the long
-    ones (water-filling), best first. When even that leaves fewer than MIN_SHARE characters
-    per section, the least relevant sections are left out.
+    Each section gets at most an equal share of the room: a section shorter than that keeps
+    all of its text, a longer one is cut around its matching chunk, with a marker. The
+    room short sections leave is not handed to long ones, so one huge section (a long
+    system prompt) never crowds out the other results. When the shares fall under
+    MIN_SHARE characters, the least relevant sections are left out.
     """
     count = len(memories)
     while True:
@@ -130,15 +132,11 @@ def fit(memories: Sequence[Memory], budget: int) -> tuple[list[Memory], list[str
 
 
 def allot(lengths: Sequence[int], total: int) -> list[int]:
-    """Split `total` characters: no one gets more than it needs, the rest is shared evenly."""
-    caps = [0] * len(lengths)
-    remaining = total
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    for pos, i in enumerate(order):
-        share = remaining // (len(lengths) - pos)
-        caps[i] = min(lengths[i], share)
-        remaining -= caps[i]
-    return caps
+    """Split `total` characters fairly: each gets what it needs, up to an equal share."""
+    if not lengths:
+        return []
+    share = total // len(lengths)
+    return [min(n, share) for n in lengths]
 
 
 def clip(text: str, limit: int, focus_line: int = 0) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from memd import trust
+from memd.config import RecallConfig
 from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
 from memd.layout import ClientLayout
 from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, lines_of
@@ -57,8 +58,12 @@ async def recall(
     timeout: float = RECALL_TIMEOUT,
     budget: int = CHAR_BUDGET,
     waiting: int | None = None,
+    settings: RecallConfig | None = None,
 ) -> dict[str, Any]:
     """Search the client's index, expand the best hits, return `results` and `text`.
+
+    `settings` (the config's `[recall]`) weighs the two halves of the search and sets the
+    relevance below which results are dropped, and below which nothing is returned.
 
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
     or the search overruns `timeout` (the thread is then abandoned, never awaited), and
@@ -67,10 +72,13 @@ async def recall(
     """
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
+    settings = settings or RecallConfig()
     fetch = top_k * OVERFETCH + 1
     deadline = time.monotonic() + timeout
     search = _lane(searcher).submit(
-        functools.partial(_search_by, deadline, searcher, query, fetch, after, before),
+        functools.partial(
+            _search_by, deadline, searcher, query, fetch, after, before, settings.bm25_weight
+        ),
         LANE_WAITING if waiting is None else waiting,
     )
     try:
@@ -79,6 +87,7 @@ async def recall(
         raise IndexUnavailableError(
             f"the memory index did not answer within {timeout:g} s"
         ) from None
+    hits = relevant(hits, settings.min_score, settings.drop_below)
     try:
         memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
     except TimeoutError:
@@ -95,13 +104,24 @@ def _search_by(
     fetch: int,
     after: datetime | None,
     before: datetime | None,
+    bm25_weight: float,
 ) -> list[Hit]:
     """Runs on a lane thread, maybe after a wait in the lane's queue: search in the time
     that is left, so a busy lane never starts work its caller has stopped waiting for."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise IndexUnavailableError("the recall waited its whole timeout behind earlier ones")
-    return searcher.search(query, fetch, after=after, before=before, timeout=left)
+    return searcher.search(
+        query, fetch, after=after, before=before, timeout=left, bm25_weight=bm25_weight
+    )
+
+
+def relevant(hits: Sequence[Hit], min_score: float, drop_below: float) -> list[Hit]:
+    """Nothing when no hit reaches `min_score` (the memory does not hold what was asked);
+    otherwise the hits, best first, without those under `drop_below`."""
+    if not any(h.score >= min_score for h in hits):
+        return []
+    return [h for h in hits if h.score >= drop_below]
 
 
 class RecallBusyError(Exception):

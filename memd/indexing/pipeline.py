@@ -144,6 +144,8 @@ class Pipelines:
         if self.spawner is not None:
             # on the loop: spawns happen there
             self._start_zygote(config.memory_dir, config.supervision.zygote)
+        self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
     async def _reap_zygote(self, memory_dir: Path) -> None:
         """A zygote an earlier memd left behind, if its folder passes the trust rule."""
@@ -159,8 +161,6 @@ class Pipelines:
         reaped = await asyncio.to_thread(reap_leftovers, state_dir, expected=_is_zygote)
         if reaped:
             log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
-        self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
-        self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
     def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
         """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits

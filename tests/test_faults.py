@@ -889,7 +889,8 @@ def test_broken_config_edit_is_reported_and_last_good_config_stays(
         assert err.value.kind == "unknown_client"
         # Path tricks in a client id never reach the filesystem.
         assert sorted(p.name for p in tmp.iterdir() if p != path) == before
-        assert sorted(p.name for p in (tmp / "memory").iterdir()) == ["gw"]
+        # memd's own .memd (the zygote's pidfile and log) sits beside the client folders.
+        assert sorted(p.name for p in (tmp / "memory").iterdir()) == [".memd", "gw"]
     finally:
         if path.is_dir():
             path.rmdir()

@@ -153,7 +153,11 @@ def test_finds_the_right_exchange_with_its_metadata(index: Index, searcher: Inde
     assert len(best.chunk_hash) == 16
 
 
-def test_same_hits_and_scores_as_memsearch(index: Index, searcher: IndexSearcher) -> None:
+def test_same_hits_as_memsearch_with_memds_own_scores(
+    index: Index, searcher: IndexSearcher
+) -> None:
+    """memd fuses BM25 and cosine itself (memd.indexing.ranking), so its scores are not
+    memsearch's RRF scores; on these queries both rank the same chunks."""
     from memsearch.store import MilvusStore
 
     index.write("s1.md", session_text())
@@ -164,7 +168,9 @@ def test_same_hits_and_scores_as_memsearch(index: Index, searcher: IndexSearcher
             ours = searcher.search(query, top_k=5)
             theirs = store.search(embedding.embed_one(query), query_text=query, top_k=5)
             assert [h.chunk_hash for h in ours] == [r["chunk_hash"] for r in theirs]
-            assert [round(h.score, 9) for h in ours] == [round(r["score"], 9) for r in theirs]
+            scores = [h.score for h in ours]
+            assert scores == sorted(scores, reverse=True)
+            assert all(0.0 <= s <= 1.0 for s in scores), scores
     finally:
         store.close()
 

@@ -42,3 +42,26 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., DaemonProcess]]:
+    """One real daemon per test module and config, for cases that only send requests.
+
+    Parametrized cases that each check one refusal do not need a daemon of their own:
+    starting one per case was most of their time. A case asks with the config it needs
+    (keyword args as for `config_file`) and gets the daemon already running on it.
+    """
+    running: dict[str, tuple[DaemonProcess, Path]] = {}
+
+    def get(**extra: Any) -> tuple[DaemonProcess, Path]:
+        key = repr(sorted(extra.items()))
+        if key not in running:
+            tmp = tmp_path_factory.mktemp("shared")
+            path = write_config(tmp / "config.toml", base_config(tmp, **extra))
+            running[key] = (DaemonProcess(path).start(), tmp)
+        return running[key]
+
+    yield get
+    for proc, _ in running.values():
+        proc.stop()

@@ -41,9 +41,10 @@ def exchange(client: str, conv: str = "c1", user: str = "hello", assistant: str 
     ],
 )
 def test_refused_clients_get_distinct_errors_and_nothing_is_written(
-    config_file, daemon_factory, tmp_path, client_id, code, kind
+    module_daemon, client_id, code, kind
 ) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS))
+    memd, tmp_path = module_daemon(clients=CLIENTS)
+    before = sorted((tmp_path / "memory").rglob("*.md"))
     with pytest.raises(RemoteError) as err:
         memd.call("memory.record_exchange", exchange(client_id))
     assert (err.value.code, err.value.kind) == (code, kind)
@@ -57,8 +58,7 @@ def test_refused_clients_get_distinct_errors_and_nothing_is_written(
             },
         )
     assert err.value.code == code
-    written = [p for p in (tmp_path / "memory").rglob("*.md")]
-    assert written == []
+    assert sorted((tmp_path / "memory").rglob("*.md")) == before
 
 
 @pytest.mark.parametrize(
@@ -96,13 +96,15 @@ def test_refused_clients_get_distinct_errors_and_nothing_is_written(
         ),
     ],
 )
-def test_bad_record_params_are_invalid_params(config_file, daemon_factory, params, param) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS))
+def test_bad_record_params_are_invalid_params(module_daemon, params, param) -> None:
+    memd, _ = module_daemon(clients=CLIENTS)
     with pytest.raises(RemoteError) as err:
         memd.call("memory.record_exchange", params)
     assert err.value.code == -32602
     assert param in err.value.message
-    assert memd.call("memory.record_exchange", exchange("agent"))["conversation"] == 1
+    after = memd.call("memory.record_exchange", exchange("agent", conv=f"after-{param}"))
+    assert after["duplicate"] is False
+    assert "hello" in Path(after["path"]).read_text()
 
 
 def test_bad_chat_shapes_are_invalid_params(config_file, daemon_factory) -> None:

@@ -1,4 +1,4 @@
-"""The JSON-RPC server's socket: setup, peer check, connections, framing limits, cleanup.
+"""The JSON-RPC server on memd's socket: lifecycle, peer check, the connection bound, cleanup.
 
 Framing: one message (request, notification or batch) per line, UTF-8, `\\n`-terminated;
 blank lines are ignored. Responses are ASCII JSON (non-ASCII escaped), one per line.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from memd.config import LimitsConfig
 from memd.errors import Busy
 from memd.rpc import unix_socket
 from memd.rpc.connection import READ_CHUNK, Connection
@@ -27,8 +28,9 @@ from memd.rpc.unix_socket import SocketSetupError
 log = structlog.get_logger()
 
 MAX_INFLIGHT = 64
-MAX_CONNECTIONS = 256
-MAX_BUFFERED = 256 * 1024 * 1024  # unfinished-line bytes over all connections
+# The config's defaults (`[limits]`), for a server made without a config (tests, tools).
+MAX_CONNECTIONS = LimitsConfig().max_connections
+MAX_BUFFERED = LimitsConfig().max_buffered_bytes  # unfinished-line bytes over all connections
 BACKLOG = 256
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from memd.compaction.service import Compactor, restore
+from memd.compaction.job import restore
+from memd.compaction.service import Compactor
 from memd.config import CompactionConfig
 from memd.indexing.embed_server import EmbeddingServer
 from memd.markdown import transcript

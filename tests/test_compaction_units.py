@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
 from datetime import UTC, datetime
 
 from memd.compaction.base import unshape_body
+from memd.compaction.store import Store
 from memd.compaction.update import summarize_update
 from memd.compaction.usage import Ledger, Usage, day_of, estimate_tokens, next_day, reported
+from memd.layout import ClientLayout
 from memd.markdown import render_summary
 
 
@@ -79,16 +79,15 @@ def test_update_of_a_long_new_part_stays_bounded_and_sends_the_base_once():
 
 
 def test_ledger_counts_per_session_and_day_and_reloads(tmp_path):
-    db = sqlite3.connect(tmp_path / "u.sqlite3", isolation_level=None, check_same_thread=False)
-    lock = threading.Lock()
-    ledger = Ledger(db, lock)
+    store = Store(ClientLayout(tmp_path, "laptop"))
+    ledger = Ledger(store.usage_rows(), store.add_usage)
     one = Usage()
     one.record("x" * 40, "y" * 8, None)  # no usage from the API: estimated
     one.record("p", "a", (100, 20))
     ledger.add("s1", "2026-12-01", one)
     ledger.add("s2", "2026-12-02", one)
     ledger.add("s3", "2026-12-02", Usage())  # no calls: no row
-    again = Ledger(db, lock)
+    again = Ledger(store.usage_rows())
     assert again.rows == ledger.rows and len(again.rows) == 2
     summary = again.summary("2026-12-02")
     assert summary["today"] == {

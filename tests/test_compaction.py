@@ -417,6 +417,26 @@ async def test_restore_then_compact_again(fake, layout):
 
 
 @aio
+async def test_compaction_state_is_written_off_the_event_loop(fake, layout):
+    """sqlite never runs on the loop: every statement of a compaction, a restore and the
+    close runs on the client's own sqlite thread."""
+    sid = "2026-11-30T02-41-07Z-001b"
+    write_session(layout, sid, 1)
+    comp = await started(Compactor(config(fake)), layout)
+    threads: set[str] = set()
+    db = comp._clients["laptop"].store.db  # reaching in: the connection the records own
+    db.set_trace_callback(lambda _sql: threads.add(threading.current_thread().name))
+    try:
+        await comp.submit("laptop", sid)
+        await comp.drain()
+        assert await comp.restore("laptop", sid) == "restored"
+    finally:
+        await comp.close()
+    assert threads and all(name.startswith("memd-compaction-laptop") for name in threads)
+    assert Store(layout).load() == {}
+
+
+@aio
 async def test_restore_cancels_a_compaction_in_flight(fake, layout):
     sid = "2026-11-30T02-41-07Z-0013"
     raw = write_session(layout, sid, 1)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
+
 from memd.compaction.base import unshape_body
+from memd.compaction.files import FileGuard, Superseded, install_summary, sha256
 from memd.compaction.store import Store
 from memd.compaction.update import summarize_update
 from memd.compaction.usage import Ledger, Usage, day_of, estimate_tokens, next_day, reported
@@ -120,3 +123,18 @@ def test_usage_is_read_from_each_sdk_shape():
         0,
     )
     assert reported(Obj(usage=None)) is None and reported(Obj()) is None
+
+
+def test_a_closed_guard_refuses_every_later_step(tmp_path):
+    """Once the Compactor closed a client, a step its cancelled job left behind does nothing."""
+    layout = ClientLayout(tmp_path, "laptop")
+    layout.ensure()
+    sid = "2026-11-30T02-41-07Z-0c10"
+    source = layout.session_file(sid)
+    source.write_bytes(b"transcript")
+    guard = FileGuard()
+    token = guard.token(sid)
+    guard.close()
+    with pytest.raises(Superseded):
+        install_summary(layout, sid, "summary", source, sha256(b"transcript"), guard, token)
+    assert not layout.summary_file(sid).exists()

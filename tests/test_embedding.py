@@ -114,7 +114,7 @@ def test_empty_text_gets_a_finite_unit_vector() -> None:
 
 def test_importing_memd_embedding_leaves_root_logging_alone() -> None:
     code = (
-        "import logging, memd.indexing.embedding as e; e.embed(['x']);"
+        "import logging, memd.indexing.embedding as e; e.Embedder().embed(['x']);"
         "print(len(logging.getLogger().handlers))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

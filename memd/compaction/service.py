@@ -125,8 +125,12 @@ class Compactor:
 
     async def _open(self, layout: ClientLayout) -> None:
         client = await ClientRecords.open(layout)
-        layout.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(sweep_tmp, layout, client.guard)
+        try:
+            layout.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            await asyncio.to_thread(sweep_tmp, layout, client.guard)
+        except BaseException:
+            await client.close()
+            raise
         self._clients[layout.client_id] = client
         for rec in list(client.records.values()):
             key = (layout.client_id, rec.session_id)

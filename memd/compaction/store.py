@@ -193,7 +193,12 @@ class ClientRecords:
             self._io.shutdown(wait=False)
 
     def _write(self, fn: Callable[..., None], *args: Any) -> None:
-        self._io.submit(fn, *args).add_done_callback(self._written)
+        try:
+            future = self._io.submit(fn, *args)
+        except RuntimeError:  # closed: a job that outlived close(); its state reloads
+            log.warning("compaction.state_write_after_close", client=self.layout.client_id)
+            return
+        future.add_done_callback(self._written)
 
     def _written(self, future: Future[None]) -> None:
         if not future.cancelled() and (exc := future.exception()) is not None:

@@ -20,9 +20,11 @@ import openai
 from memd.indexing import embedding
 from memd.indexing.embed_server import EmbeddingServer
 
+EMBEDDER = embedding.Embedder()  # one model for the whole run
+
 
 def measure(calls: int, texts: list[str]) -> list[float]:
-    with EmbeddingServer() as srv:
+    with EmbeddingServer(EMBEDDER.embed) as srv:
         ep = srv.endpoint
         client = openai.OpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
         client.embeddings.create(input=texts, model=ep.model, encoding_format="float")
@@ -40,7 +42,7 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    embedding.model()
+    EMBEDDER.model()
     one = [
         "## 2026-11-30 09:00:01 UTC · exchange 1\n\n**User:** which port?\n\n**Assistant:** 6543."
     ]

@@ -53,6 +53,8 @@ from memd.layout import ClientLayout
 from memd.markdown.transcript import HEADING_TIME, parse_exchange_heading
 from tests.support.daemon import base_config, write_config
 
+EMBEDDER = embedding.Embedder()  # one model for the whole run
+
 CLIENT = "quality"
 SEED = 11
 
@@ -1088,7 +1090,7 @@ class Searcher:
             data: Any = [query]
             field_, params = "sparse_vector", {"metric_type": "BM25"}
         else:
-            data = [embedding.embed_one(query)]
+            data = [EMBEDDER.embed_one(query)]
             field_, params = "embedding", {"metric_type": "COSINE"}
         rows = self.client.search(
             collection_name=self.view.collection,

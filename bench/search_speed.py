@@ -31,6 +31,8 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.settings import IndexTarget
 
+EMBEDDER = embedding.Embedder()  # one model for the whole run
+
 COLLECTION = "memd_bench"
 BATCH = 64
 QUERIES = [
@@ -223,7 +225,7 @@ def summary(latencies: list[float]) -> str:
 
 
 def write(store, batch: list[dict]) -> float:
-    vectors = embedding.embed([r["content"] for r in batch])
+    vectors = EMBEDDER.embed([r["content"] for r in batch])
     t = time.perf_counter()
     store.upsert([{**r, "embedding": v} for r, v in zip(batch, vectors, strict=True)])
     return time.perf_counter() - t
@@ -246,7 +248,7 @@ def main() -> None:
         "--steady", type=int, default=10, help="rounds of: write one exchange, wait 1 s, search"
     )
     args = parser.parse_args()
-    embedding.model()
+    EMBEDDER.model()
     print(
         f"{args.rows} chunks, batches of {BATCH}, {args.queries} hybrid searches (top 5) "
         f"right after the burst; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from memd.indexing import analysis, embedding
+from memd.indexing import analysis
+from tests.support.embedding import embed_one
 from tests.test_index_server import (
     Child,
     short_dir,
@@ -44,7 +45,7 @@ def _rows() -> list[dict[str, Any]]:
     return [
         {
             "chunk_hash": f"h{i}",
-            "embedding": embedding.embed_one(t),
+            "embedding": embed_one(t),
             "content": t,
             "source": "/x/a.md",
             "heading": f"h{i}",

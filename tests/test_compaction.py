@@ -3,117 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from memsearch.chunker import chunk_markdown
 
 from memd.compaction import llm
-from memd.compaction.service import (
-    Backoff,
-    CompactionStates,
-    Compactor,
-    Record,
-    Store,
-    compact_session,
-    parse_summary_title,
-    read_front_matter,
-    restore,
-    shape_body,
-    summary_meta,
-)
-from memd.config import CompactionConfig
-from memd.layout import ClientLayout
-from memd.markdown import transcript
+from memd.compaction.files import summary_meta
+from memd.compaction.job import compact_session, restore
+from memd.compaction.service import Compactor
+from memd.compaction.store import Backoff, CompactionStates, Record, Store
+from memd.markdown import parse_summary_title, read_front_matter, shape_body, transcript
 from memd.markdown.transcript import Part
 from memd.sessions.tracker import ClientSessions
-from tests.support.fake_llm import FakeLLM
+from tests.support.compaction import (
+    T0,
+    Clock,
+    aio,
+    config,
+    files_under,
+    started,
+    write_session,
+)
 
 S = CompactionStates
-T0 = datetime(2026, 11, 30, 2, 41, 7, tzinfo=UTC).timestamp()
-
-
-def aio(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-class Clock:
-    def __init__(self, now: float = T0 + 86_400) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        server.retry_after_ms = 5  # the SDK's own quick retries, kept quick
-        yield server
-
-
-@pytest.fixture
-def layout(tmp_path: Path) -> ClientLayout:
-    lay = ClientLayout(tmp_path / "memory", "laptop")
-    lay.ensure()
-    return lay
-
-
-def config(fake: FakeLLM, **kw: object) -> CompactionConfig:
-    values: dict = {
-        "enabled": True,
-        "llm_model": "fake-model",
-        "base_url": fake.base_url,
-        "api_key": "sk-test",
-    } | kw
-    return CompactionConfig(**values)
-
-
-def write_session(
-    layout: ClientLayout,
-    sid: str,
-    exchanges: int = 3,
-    *,
-    start: float = T0,
-    fact_prefix: str = "",
-    filler: int = 0,
-) -> bytes:
-    """A session file exactly as memd's transcript module writes one."""
-    text = transcript.front_matter(layout.client_id, sid, start)
-    text += transcript.conversation_header(1, datetime.fromtimestamp(start, UTC))
-    for n in range(1, exchanges + 1):
-        when = datetime.fromtimestamp(start + 60 * n, UTC)
-        user = f"Question {n}: remember FACT-{fact_prefix}{n}. " + "blah " * filler
-        text += transcript.exchange_block(
-            n, when, [Part("User", user), Part("Assistant", f"Noted {n}.")]
-        )
-    data = text.encode()
-    layout.session_file(sid).write_bytes(data)
-    return data
-
-
-def files_under(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-
-
-async def started(compactor: Compactor, layout: ClientLayout) -> Compactor:
-    await compactor.start(schedule=False)
-    await compactor.open_client(layout)
-    return compactor
+pytest_plugins = ("tests.support.compaction_fixtures",)
 
 
 # --- the happy path --------------------------------------------------------------------------
@@ -495,6 +414,26 @@ async def test_restore_then_compact_again(fake, layout):
     assert "FACT-later" in layout.summary_file(sid).read_text()
     assert "FACT-later" in layout.archive_file(sid).read_text()
     assert not layout.session_file(sid).exists()
+
+
+@aio
+async def test_compaction_state_is_written_off_the_event_loop(fake, layout):
+    """sqlite never runs on the loop: every statement of a compaction, a restore and the
+    close runs on the client's own sqlite thread."""
+    sid = "2026-11-30T02-41-07Z-001b"
+    write_session(layout, sid, 1)
+    comp = await started(Compactor(config(fake)), layout)
+    threads: set[str] = set()
+    db = comp._clients["laptop"].store.db  # reaching in: the connection the records own
+    db.set_trace_callback(lambda _sql: threads.add(threading.current_thread().name))
+    try:
+        await comp.submit("laptop", sid)
+        await comp.drain()
+        assert await comp.restore("laptop", sid) == "restored"
+    finally:
+        await comp.close()
+    assert threads and all(name.startswith("memd-compaction-laptop") for name in threads)
+    assert Store(layout).load() == {}
 
 
 @aio

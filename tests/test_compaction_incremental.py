@@ -17,72 +17,21 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from memd.compaction import CompactionStates, Compactor, Store, base_file, summary_meta
-from memd.config import CompactionConfig
 from memd.layout import ClientLayout
 from memd.markdown import transcript
-from memd.markdown.transcript import Part
-from tests.support.fake_llm import FakeLLM
+from tests.support import compaction as support
+from tests.support.compaction import T0, Clock, aio, config, exchange, started
 
 S = CompactionStates
-T0 = datetime(2026, 11, 30, 2, 41, 7, tzinfo=UTC).timestamp()
 REPO = Path(__file__).resolve().parents[1]
-
-
-def aio(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-class Clock:
-    def __init__(self, now: float = T0 + 3600) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        server.retry_after_ms = 5
-        yield server
-
-
-@pytest.fixture
-def layout(tmp_path: Path) -> ClientLayout:
-    lay = ClientLayout(tmp_path / "memory", "laptop")
-    lay.ensure()
-    return lay
-
-
-def config(fake: FakeLLM, **kw: object) -> CompactionConfig:
-    values: dict = {
-        "enabled": True,
-        "llm_model": "fake-model",
-        "base_url": fake.base_url,
-        "api_key": "sk-test",
-    } | kw
-    return CompactionConfig(**values)
-
-
-def write_session(layout: ClientLayout, sid: str, exchanges: int = 3) -> bytes:
-    text = transcript.front_matter(layout.client_id, sid, T0)
-    text += transcript.conversation_header(1, datetime.fromtimestamp(T0, UTC))
-    for n in range(1, exchanges + 1):
-        text += _exchange(n, f"Old question {n}: remember FACT-{n}.")
-    layout.session_file(sid).write_text(text)
-    return text.encode()
+pytest_plugins = ("tests.support.compaction_fixtures",)
+write_session = functools.partial(support.write_session, question="Old question")
 
 
 def append(
@@ -92,22 +41,8 @@ def append(
     with layout.session_file(sid).open("a") as fh:
         for n in range(first, first + count):
             text = f"Later question {n}: remember FACT-{word}{n}. " + "blah " * filler
-            fh.write(_exchange(n, text.strip()))
+            fh.write(exchange(n, text.strip()))
     return layout.session_file(sid).read_bytes()
-
-
-def _exchange(n: int, user: str) -> str:
-    when = datetime.fromtimestamp(T0 + 60 * n, UTC)
-    return transcript.exchange_block(
-        n, when, [Part("User", user), Part("Assistant", f"Noted {n}.")]
-    )
-
-
-async def started(comp: Compactor, *layouts: ClientLayout) -> Compactor:
-    await comp.start(schedule=False)
-    for lay in layouts:
-        await comp.open_client(lay)
-    return comp
 
 
 async def compact(comp: Compactor, sid: str, client: str = "laptop") -> None:
@@ -128,7 +63,7 @@ def base_body(layout: ClientLayout, sid: str) -> str:
 async def test_resumed_session_summarises_only_new_exchanges_with_the_base(fake, layout):
     sid = "2026-11-30T02-41-07Z-0101"
     raw = write_session(layout, sid, 3)
-    comp = await started(Compactor(config(fake), clock=Clock()), layout)
+    comp = await started(Compactor(config(fake), clock=Clock(T0 + 3600)), layout)
     try:
         await compact(comp, sid)
         first = base_body(layout, sid)
@@ -259,7 +194,7 @@ async def test_tokens_are_counted_per_session_and_client_and_survive_restarts(
     fake.report_usage = reported
     sid = "2026-11-30T02-41-07Z-0106"
     write_session(layout, sid, 3)
-    clock = Clock()
+    clock = Clock(T0 + 3600)
     comp = await started(Compactor(config(fake), clock=clock), layout)
     try:
         await compact(comp, sid)

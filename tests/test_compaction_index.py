@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from memd.compaction.service import Compactor, restore
+from memd.compaction.job import restore
+from memd.compaction.service import Compactor
 from memd.config import CompactionConfig
 from memd.indexing.embed_server import EmbeddingServer
 from memd.markdown import transcript
 from memd.markdown.transcript import Part
+from tests.support.embedding import EMBEDDER
 from tests.support.fake_llm import FakeLLM
 from tests.support.index import ClientIndex, client_config
 
@@ -41,7 +43,7 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float = 90.0) -> No
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[ClientIndex]:
     """A client with its index server and `memsearch watch` running on an empty sessions/."""
-    with EmbeddingServer() as embedder:
+    with EmbeddingServer(EMBEDDER.embed) as embedder:
         client = ClientIndex(client_config(tmp_path / "memory", "laptop"), "laptop", embedder)
         try:
             client.start()

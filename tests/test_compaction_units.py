@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
 from datetime import UTC, datetime
 
+import pytest
+
 from memd.compaction.base import unshape_body
+from memd.compaction.files import FileGuard, Superseded, install_summary, sha256
+from memd.compaction.store import Store
 from memd.compaction.update import summarize_update
 from memd.compaction.usage import Ledger, Usage, day_of, estimate_tokens, next_day, reported
+from memd.layout import ClientLayout
 from memd.markdown import render_summary
 
 
@@ -79,16 +82,15 @@ def test_update_of_a_long_new_part_stays_bounded_and_sends_the_base_once():
 
 
 def test_ledger_counts_per_session_and_day_and_reloads(tmp_path):
-    db = sqlite3.connect(tmp_path / "u.sqlite3", isolation_level=None, check_same_thread=False)
-    lock = threading.Lock()
-    ledger = Ledger(db, lock)
+    store = Store(ClientLayout(tmp_path, "laptop"))
+    ledger = Ledger(store.usage_rows(), store.add_usage)
     one = Usage()
     one.record("x" * 40, "y" * 8, None)  # no usage from the API: estimated
     one.record("p", "a", (100, 20))
     ledger.add("s1", "2026-12-01", one)
     ledger.add("s2", "2026-12-02", one)
     ledger.add("s3", "2026-12-02", Usage())  # no calls: no row
-    again = Ledger(db, lock)
+    again = Ledger(store.usage_rows())
     assert again.rows == ledger.rows and len(again.rows) == 2
     summary = again.summary("2026-12-02")
     assert summary["today"] == {
@@ -121,3 +123,18 @@ def test_usage_is_read_from_each_sdk_shape():
         0,
     )
     assert reported(Obj(usage=None)) is None and reported(Obj()) is None
+
+
+def test_a_closed_guard_refuses_every_later_step(tmp_path):
+    """Once the Compactor closed a client, a step its cancelled job left behind does nothing."""
+    layout = ClientLayout(tmp_path, "laptop")
+    layout.ensure()
+    sid = "2026-11-30T02-41-07Z-0c10"
+    source = layout.session_file(sid)
+    source.write_bytes(b"transcript")
+    guard = FileGuard()
+    token = guard.token(sid)
+    guard.close()
+    with pytest.raises(Superseded):
+        install_summary(layout, sid, "summary", source, sha256(b"transcript"), guard, token)
+    assert not layout.summary_file(sid).exists()

@@ -18,6 +18,7 @@ import pytest
 
 from memd.indexing import embedding
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
+from tests.support.embedding import embed, embed_one
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_model_loads_from_the_wheel_without_any_network(monkeypatch: pytest.Monk
 
 
 def test_vectors_are_unit_length_and_256_floats() -> None:
-    vectors = embedding.embed(["hello world", "the cat sat on the mat", "Grüße, 世界"])
+    vectors = embed(["hello world", "the cat sat on the mat", "Grüße, 世界"])
     assert [len(v) for v in vectors] == [256, 256, 256]
     for vec in vectors:
         assert math.isclose(math.sqrt(sum(x * x for x in vec)), 1.0, abs_tol=1e-5)
@@ -64,8 +65,8 @@ def test_vectors_are_unit_length_and_256_floats() -> None:
 
 def test_a_text_gets_the_same_vector_alone_or_in_any_batch() -> None:
     text = "what did we decide about the database migration?"
-    alone = embedding.embed_one(text)
-    batched = embedding.embed(["a much longer neighbour " * 40, text, "x"])[1]
+    alone = embed_one(text)
+    batched = embed(["a much longer neighbour " * 40, text, "x"])[1]
     assert alone == batched
 
 
@@ -86,12 +87,12 @@ def test_same_maths_as_wordllama_itself() -> None:
         weights = fh.get_tensor("embedding.weight")
     texts = ["memory recall for an LLM", "Paris is the capital of France."]
     reference = WordLlamaInference(weights, tok).embed(texts, norm=True)
-    for ours, ref in zip(embedding.embed(texts), reference, strict=True):
+    for ours, ref in zip(embed(texts), reference, strict=True):
         assert max(abs(a - float(b)) for a, b in zip(ours, ref, strict=True)) < 1e-6
 
 
 def test_similar_texts_are_closer_than_unrelated_ones() -> None:
-    a, b, c = embedding.embed(
+    a, b, c = embed(
         [
             "the weather is sunny and warm",
             "sunny warm weather today",
@@ -106,14 +107,14 @@ def test_similar_texts_are_closer_than_unrelated_ones() -> None:
 
 
 def test_empty_text_gets_a_finite_unit_vector() -> None:
-    vec = embedding.embed_one("")
+    vec = embed_one("")
     assert all(math.isfinite(x) for x in vec)
     assert math.isclose(sum(x * x for x in vec), 1.0, abs_tol=1e-5)
 
 
 def test_importing_memd_embedding_leaves_root_logging_alone() -> None:
     code = (
-        "import logging, memd.indexing.embedding as e; e.embed(['x']);"
+        "import logging, memd.indexing.embedding as e; e.Embedder().embed(['x']);"
         "print(len(logging.getLogger().handlers))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -122,11 +123,11 @@ def test_importing_memd_embedding_leaves_root_logging_alone() -> None:
 
 def test_concurrent_callers_share_one_model_and_agree() -> None:
     texts = [f"thread {i} text about topic {i % 3}" for i in range(8)]
-    expected = embedding.embed(texts)
+    expected = embed(texts)
     results: dict[int, list[float]] = {}
 
     def work(i: int) -> None:
-        results[i] = embedding.embed_one(texts[i])
+        results[i] = embed_one(texts[i])
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for t in threads:
@@ -177,7 +178,7 @@ def test_openai_sdk_float_and_base64_match_the_model(server: Endpoint) -> None:
 
     client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key)
     texts = ["first text", "second, longer text about memory"]
-    expected = embedding.embed(texts)
+    expected = embed(texts)
     as_float = client.embeddings.create(input=texts, model=server.model, encoding_format="float")
     assert [d.embedding for d in as_float.data] == expected
     as_b64 = client.embeddings.create(input=texts, model=server.model)  # SDK default: base64
@@ -192,7 +193,7 @@ def test_memsearch_openai_provider_detects_dimension_and_batches(server: Endpoin
     )
     assert provider.dimension == 256
     texts = [f"chunk number {i}" for i in range(5)]
-    assert asyncio.run(provider.embed(texts)) == embedding.embed(texts)
+    assert asyncio.run(provider.embed(texts)) == embed(texts)
 
 
 def test_stop_frees_the_port() -> None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from memd.indexing import embedding
 from memd.indexing.index_server import index_ready
+from tests.support.embedding import embed_one
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
@@ -137,7 +137,7 @@ def start_index_server(children: list[Child], data_dir: Path, sock: Path, log_pa
 def _row(i: int, text: str) -> dict[str, Any]:
     return {
         "chunk_hash": f"h{i:04d}",
-        "embedding": embedding.embed_one(text),
+        "embedding": embed_one(text),
         "content": text,
         "source": "/x/a.md",
         "heading": f"h{i}",
@@ -164,7 +164,7 @@ def test_serves_a_private_socket_and_flushes_every_write(
 
     store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
     store.upsert([_row(i, t) for i, t in enumerate(["apples and pears", "rust borrow checker"])])
-    hits = store.search(embedding.embed_one("borrow checker"), query_text="borrow checker")
+    hits = store.search(embed_one("borrow checker"), query_text="borrow checker")
     assert hits[0]["content"] == "rust borrow checker"
     col = data / "collections" / "c"
     assert list((col / "partitions" / "_default").rglob("data_*.parquet")), "rows not flushed"

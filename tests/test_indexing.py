@@ -33,6 +33,7 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.settings import IndexSettings
 from memd.layout import ClientLayout, write_memsearch_toml
+from tests.support.embedding import embed, embed_one
 from tests.test_index_server import Child, stopping_children, wait_for
 
 ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
@@ -308,7 +309,7 @@ class RecordingEmbedder:
     def __call__(self, texts: list[str]) -> list[list[float]]:
         with self._lock:
             self.batches.append(len(texts))
-        return embedding.embed(texts)
+        return embed(texts)
 
 
 @pytest.fixture
@@ -438,7 +439,7 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
 
         (row,) = client.rows(("content", "embedding"))
         stored = row["embedding"]
-        ours = embedding.embed_one(clean_content_for_embedding(row["content"]))
+        ours = embed_one(clean_content_for_embedding(row["content"]))
         assert len(stored) == 256
         assert max(abs(a - b) for a, b in zip(stored, ours, strict=True)) < 1e-6
 

@@ -34,7 +34,8 @@ from memd.errors import (
     error_from_dict,
 )
 from memd.rpc.protocol import MAX_LINE, Dispatcher, Params, Registry
-from memd.rpc.server import RpcServer, SocketInUse, SocketSetupError
+from memd.rpc.server import RpcServer
+from memd.rpc.unix_socket import SocketInUse, SocketSetupError
 
 # --- helpers ----------------------------------------------------------------------------
 

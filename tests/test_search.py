@@ -22,6 +22,7 @@ from memd.indexing.search import (
     time_filter_expr,
 )
 from memd.indexing.settings import IndexTarget
+from tests.support.embedding import embed, embed_one
 from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
 
 COLLECTION = "memd_alice"
@@ -72,7 +73,7 @@ def index_files(uri: str, files: list[Path], max_chunk_size: int = 1500) -> None
             chunks = chunk_markdown(
                 path.read_text(encoding="utf-8"), source=source, max_chunk_size=max_chunk_size
             )
-            vectors = embedding.embed([clean_content_for_embedding(c.content) for c in chunks])
+            vectors = embed([clean_content_for_embedding(c.content) for c in chunks])
             store.upsert(
                 [
                     {
@@ -166,7 +167,7 @@ def test_same_hits_as_memsearch_with_memds_own_scores(
     try:
         for query in ("capital city", "who owns billing", "postgres port 6543"):
             ours = searcher.search(query, top_k=5)
-            theirs = store.search(embedding.embed_one(query), query_text=query, top_k=5)
+            theirs = store.search(embed_one(query), query_text=query, top_k=5)
             assert [h.chunk_hash for h in ours] == [r["chunk_hash"] for r in theirs]
             scores = [h.score for h in ours]
             assert scores == sorted(scores, reverse=True)

@@ -13,6 +13,7 @@ from memd.config import Config
 from memd.indexing import IndexSearcher
 from memd.layout import ClientLayout
 from memd.privacy import Selector
+from memd.recall import RecallLane
 from memd.sessions import ClientSessions
 
 
@@ -21,6 +22,7 @@ class ClientServices(Protocol):
 
     layout: ClientLayout
     sessions: ClientSessions
+    recall_lane: RecallLane  # the client's own search threads
 
     @property
     def searcher(self) -> IndexSearcher | None: ...

@@ -61,6 +61,7 @@ def register(registry: Registry, app: App) -> None:
                 runtime.layout,
                 waiting=app.runtime.config.limits.recall_queue,
                 settings=app.runtime.config.recall,
+                lane=runtime.recall_lane,
             )
         except rc.RecallBusyError as exc:
             log.warning("recall.busy", client=client_id, error=str(exc))
@@ -155,6 +156,7 @@ async def call_tool(
             runtime.layout,
             waiting=config.limits.recall_queue,
             settings=config.recall,
+            lane=runtime.recall_lane,
         )
     except IndexUnavailableError as exc:
         log.warning("recall.unavailable", client=client_id, error=str(exc))

@@ -16,29 +16,38 @@ from typing import Any
 
 from memd.cli.common import EXIT_OK, UsageError, config_source
 from memd.cli.service_files import memd_command
-from memd.config import CLIENT_ID_RE, MEMORY_MODES, load_config
+from memd.config import (
+    CLIENT_ID_RE,
+    DEFAULT_MEMORY_DIR,
+    EMBEDDING_PROVIDERS,
+    MEMORY_MODES,
+    ClientConfig,
+    Config,
+    load_config,
+)
 
+# The commented values are memd.config's defaults, filled in when the file is written.
 TEMPLATE = """\
 # memd config, written by `memd init`. Every key is optional; the commented values are
 # the defaults. memd notices edits while it runs (memory_dir and socket need a restart).
 
-# memory_dir = "~/.localrouter/memory"   # transcripts and indexes, one folder per client
+# memory_dir = "{memory_dir}"   # transcripts and indexes, one folder per client
 # socket = ""                # default: $XDG_RUNTIME_DIR/memd/memd.sock, else <memory_dir>/memd.sock
-# recall_tool_name = "MemoryRecall"
-# search_top_k = 5
-# session_inactivity_minutes = 180
-# max_session_minutes = 480
-# monitor_interval_seconds = 60
+# recall_tool_name = "{top.recall_tool_name}"
+# search_top_k = {top.search_top_k}
+# session_inactivity_minutes = {top.session_inactivity_minutes:g}
+# max_session_minutes = {top.max_session_minutes:g}
+# monitor_interval_seconds = {top.monitor_interval_seconds:g}
 
 # [embedding]                 # "wordllama": the bundled offline model; or a memsearch provider
-# provider = "wordllama"      # openai, google, voyage, jina, mistral, ollama, local, onnx
+# provider = "{top.embedding.provider}"      # {others}
 # model = ""
 # base_url = ""
 # api_key = ""                # "env:VAR" reads the variable
 
 # [compaction]                # summarise ended sessions with an LLM
-# enabled = false
-# llm_provider = "openai"     # openai (any OpenAI-compatible base_url), anthropic, gemini
+# enabled = {enabled}
+# llm_provider = "{llm}"     # openai (any OpenAI-compatible base_url), anthropic, gemini
 # llm_model = ""
 # base_url = ""
 # api_key = ""
@@ -48,7 +57,7 @@ TEMPLATE = """\
 # token = ""
 
 # Memory is opt-in per client: only clients listed here with memory_enabled = true are
-# recorded. Modes with memory: mcp_via_llm, both.
+# recorded. Modes with memory: {memory_modes}.
 [clients.{client}]
 memory_enabled = true
 mode = "{mode}"
@@ -72,7 +81,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     init.add_argument(
         "--mode",
-        default="both",
+        default=ClientConfig().mode,
         choices=MEMORY_MODES,
         help="how the client talks to memd (default: %(default)s)",
     )
@@ -93,7 +102,17 @@ def render(client: str, mode: str) -> str:
             f"--client {client!r}: a client id is 1-64 of A-Z a-z 0-9 _ . - "
             "and starts with a letter or digit"
         )
-    return TEMPLATE.format(client=client, mode=mode)
+    top = Config()
+    return TEMPLATE.format(
+        client=client,
+        mode=mode,
+        top=top,
+        memory_dir=DEFAULT_MEMORY_DIR,
+        others=", ".join(p for p in EMBEDDING_PROVIDERS if p != top.embedding.provider),
+        enabled=str(top.compaction.enabled).lower(),
+        llm=top.compaction.llm_provider,
+        memory_modes=", ".join(MEMORY_MODES),
+    )
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from memd.cli.service_files import (
     unit_dir,
 )
 from memd.config import load_config
+from memd.markdown import fsync_dir
 
 MANAGER_TIMEOUT = 120.0  # longer than systemd's start timeout (90 s by default)
 
@@ -249,11 +250,16 @@ def _word(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def _write(target: Path, content: bytes) -> None:
+    """Replace `target` whole: the unit the service manager reads is the old or the new."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_bytes(content)
+    with tmp.open("wb") as fh:
+        fh.write(content)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.chmod(tmp, 0o644)
     os.replace(tmp, target)
+    fsync_dir(target.parent)
 
 
 def _logs_hint(manager: str) -> str:

@@ -8,7 +8,7 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.compaction.base import base_file
-    from memd.compaction.files import files_lock, restore_files, summary_meta
+    from memd.compaction.files import restore_files, summary_meta
     from memd.compaction.service import Compactor
     from memd.compaction.store import CompactionStates, Store
 
@@ -17,7 +17,6 @@ __all__ = [
     "Compactor",
     "Store",
     "base_file",
-    "files_lock",
     "restore_files",
     "summary_meta",
 ]
@@ -26,7 +25,7 @@ __getattr__ = public_face(
     __name__,
     {
         "base": ("base_file",),
-        "files": ("files_lock", "restore_files", "summary_meta"),
+        "files": ("restore_files", "summary_meta"),
         "service": ("Compactor",),
         "store": (
             "CompactionStates",

@@ -19,17 +19,18 @@ The steps are blocking and run in worker threads; a thread cannot be cancelled, 
 step of a compaction that was cancelled may still start after a restore. Every step
 therefore takes the client's file lock and, under it, checks a *restore token* taken when
 its compaction started: a restore of the session since then bumps the token, and the
-step refuses (`Superseded`) instead of undoing the restore.
+step refuses (`Superseded`) instead of undoing the restore. Lock and tokens are a
+`FileGuard`, owned by the Compactor that has the client open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import structlog
@@ -56,32 +57,53 @@ class Superseded(Exception):
     """The session was restored after this compaction started; its file steps must not run."""
 
 
-@dataclass
-class _Guard:
-    """One client's file lock, and how many restores of each session this process made."""
+class FileGuard:
+    """One client's file lock, and how many restores of each session were made under it.
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    restores: dict[str, int] = field(default_factory=dict)
+    Owned by whoever runs the client's compactions (the Compactor, one per open client)
+    and closed with it: once `close()` returns no step of this guard runs any more, also
+    one whose cancelled task left its thread behind. Whoever works on the files without
+    a Compactor (`memd.compaction.job.restore`, tools) makes a guard of its own.
+    """
 
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._restores: dict[str, int] = {}
+        self._closed = False
 
-_GUARDS: dict[Path, _Guard] = {}
-_GUARDS_LOCK = threading.Lock()
+    def token(self, session_id: str) -> int:
+        """Taken when a compaction starts; its file steps refuse once a restore changed it."""
+        return self._restores.get(session_id, 0)
 
+    @contextlib.contextmanager
+    def step(
+        self, layout: ClientLayout, session_id: str, token: int, step: str, hook: StepHook | None
+    ) -> Iterator[None]:
+        """Hold the lock for one step of a compaction, if no restore came since `token`."""
+        if hook is not None:
+            hook(step, session_id)
+        with self.lock:
+            if self._closed or self.token(session_id) != token:
+                log.info(
+                    "compaction.step_superseded",
+                    client=layout.client_id,
+                    session=session_id,
+                    step=step,
+                )
+                raise Superseded(f"{session_id} was restored while it was being compacted")
+            yield
 
-def _guard(layout: ClientLayout) -> _Guard:
-    """Serialises one client's file steps, also against a step a cancelled task left running."""
-    with _GUARDS_LOCK:
-        return _GUARDS.setdefault(layout.root, _Guard())
+    @contextlib.contextmanager
+    def restoring(self, session_id: str) -> Iterator[None]:
+        """Hold the lock for a restore, which makes every earlier token out of date."""
+        with self.lock:
+            self._restores[session_id] = self.token(session_id) + 1
+            yield
 
-
-def files_lock(layout: ClientLayout) -> threading.Lock:
-    """The lock every file step of the client holds while it looks and moves."""
-    return _guard(layout).lock
-
-
-def restore_token(layout: ClientLayout, session_id: str) -> int:
-    """Taken when a compaction starts; its file steps refuse once a restore changed it."""
-    return _guard(layout).restores.get(session_id, 0)
+    def close(self) -> None:
+        """Refuse every later step; blocking: waits for a step that holds the lock."""
+        with self.lock:
+            self._closed = True
 
 
 def read_bytes(path: Path) -> bytes | None:
@@ -101,28 +123,13 @@ def summary_meta(layout: ClientLayout, session_id: str) -> dict[str, str]:
     return read_front_matter(data.decode("utf-8", "replace")) if data else {}
 
 
-def _enter(
-    layout: ClientLayout, session_id: str, token: int, step: str, hook: StepHook | None
-) -> _Guard:
-    if hook is not None:
-        hook(step, session_id)
-    guard = _guard(layout)
-    guard.lock.acquire()
-    if guard.restores.get(session_id, 0) != token:
-        guard.lock.release()
-        log.info(
-            "compaction.step_superseded", client=layout.client_id, session=session_id, step=step
-        )
-        raise Superseded(f"{session_id} was restored while it was being compacted")
-    return guard
-
-
 def install_summary(
     layout: ClientLayout,
     session_id: str,
     text: str,
     source: Path,
     digest: str,
+    guard: FileGuard,
     token: int,
     hook: StepHook | None = None,
 ) -> None:
@@ -130,8 +137,7 @@ def install_summary(
 
     Only if `source` (the transcript summarised) is still what was summarised.
     """
-    guard = _enter(layout, session_id, token, "install", hook)
-    try:
+    with guard.step(layout, session_id, token, "install", hook):
         data = read_bytes(source)
         if data is None or sha256(data) != digest:
             raise TranscriptChanged(f"{source.name} changed while it was summarised")
@@ -150,19 +156,21 @@ def install_summary(
             Path(tmp).unlink(missing_ok=True)
             raise
         fsync_dir(layout.sessions)
-    finally:
-        guard.lock.release()
 
 
 def archive_transcript(
-    layout: ClientLayout, session_id: str, digest: str, token: int, hook: StepHook | None = None
+    layout: ClientLayout,
+    session_id: str,
+    digest: str,
+    guard: FileGuard,
+    token: int,
+    hook: StepHook | None = None,
 ) -> None:
     """Step 2: move the transcript the summary was made from to archive/, fsync both.
 
     Then the base it may have been made from is dropped: the new summary replaced it.
     """
-    guard = _enter(layout, session_id, token, "archive", hook)
-    try:
+    with guard.step(layout, session_id, token, "archive", hook):
         live, dest = layout.session_file(session_id), layout.archive_file(session_id)
         data = read_bytes(live)
         if data is not None:
@@ -174,8 +182,6 @@ def archive_transcript(
             fsync_dir(layout.archive)
             fsync_dir(layout.sessions)
         drop_base(layout, session_id)
-    finally:
-        guard.lock.release()
 
 
 def _set_aside(path: Path) -> None:
@@ -189,7 +195,7 @@ def _set_aside(path: Path) -> None:
     log.warning("compaction.archive_set_aside", path=str(path), aside=str(aside))
 
 
-def restore_files(layout: ClientLayout, session_id: str) -> str:
+def restore_files(layout: ClientLayout, session_id: str, guard: FileGuard | None = None) -> str:
     """Transcript from archive/ back into sessions/, then the summary kept aside as the base.
 
     The summary leaves sessions/ (a delete for the watcher: the session is not indexed
@@ -198,9 +204,7 @@ def restore_files(layout: ClientLayout, session_id: str) -> str:
     the summary, the only trace left, is kept). Idempotent. Under the file lock it also
     bumps the session's restore token, so no step of an earlier compaction runs after it.
     """
-    guard = _guard(layout)
-    with guard.lock:
-        guard.restores[session_id] = guard.restores.get(session_id, 0) + 1
+    with (guard or FileGuard()).restoring(session_id):
         live, arch = layout.session_file(session_id), layout.archive_file(session_id)
         summary = layout.summary_file(session_id)
         if arch.exists():
@@ -229,14 +233,14 @@ def drop_base(layout: ClientLayout, session_id: str) -> None:
         fsync_dir(base.parent)
 
 
-def sweep_tmp(layout: ClientLayout) -> int:
+def sweep_tmp(layout: ClientLayout, guard: FileGuard) -> int:
     """Remove what a crash left behind: summary temp files (only ours: other modules share
     tmp/) and bases whose session was compacted again before its base was dropped."""
     removed = 0
     for path in layout.tmp_dir.glob(f"{TMP_PREFIX}*.tmp"):
         path.unlink(missing_ok=True)
         removed += 1
-    with files_lock(layout):
+    with guard.lock:
         for path in stale_bases(layout):
             path.unlink(missing_ok=True)
             removed += 1

@@ -20,12 +20,12 @@ import structlog
 from memd.compaction import llm
 from memd.compaction.base import Base, compaction_key, find_base
 from memd.compaction.files import (
+    FileGuard,
     StepHook,
     archive_transcript,
     install_summary,
     read_bytes,
     restore_files,
-    restore_token,
     sha256,
     summary_meta,
 )
@@ -62,15 +62,19 @@ async def compact_session(
     clock: Callable[[], float] = time.time,
     step_hook: StepHook | None = None,
     usage: Usage | None = None,
+    guard: FileGuard | None = None,
 ) -> Outcome:
     """Summarise an ended session and archive its transcript; safe to run again after a crash.
 
     A session that resumed after an earlier compaction has a base (memd.compaction.base):
     then only what the transcript gained since is summarised, next to the base. Every
     answered LLM call is added to `usage`, also when the compaction fails later.
-    Raises llm.LLMError (nothing on disk changed), TranscriptChanged, Superseded or OSError.
+    `guard` is the client's (the Compactor's); without one, nothing else may touch the
+    client's files meanwhile. Raises llm.LLMError (nothing on disk changed),
+    TranscriptChanged, Superseded or OSError.
     """
-    token = restore_token(layout, session_id)  # before anything is read
+    guard = guard or FileGuard()
+    token = guard.token(session_id)  # before anything is read
     live = layout.session_file(session_id)
     data = await asyncio.to_thread(read_bytes, live)
     if data is None:
@@ -100,9 +104,9 @@ async def compact_session(
             layout, session_id, data, live, settings, max_request_chars, clock, usage, base
         )
         await asyncio.to_thread(
-            install_summary, layout, session_id, text, live, digest, token, step_hook
+            install_summary, layout, session_id, text, live, digest, guard, token, step_hook
         )
-    await asyncio.to_thread(archive_transcript, layout, session_id, digest, token, step_hook)
+    await asyncio.to_thread(archive_transcript, layout, session_id, digest, guard, token, step_hook)
     log.info(
         "compaction.done",
         client=layout.client_id,
@@ -123,13 +127,15 @@ async def recompact_session(
     clock: Callable[[], float] = time.time,
     step_hook: StepHook | None = None,
     usage: Usage | None = None,
+    guard: FileGuard | None = None,
 ) -> Outcome:
     """Summarise a compacted session again from archive/ and replace its summary atomically.
 
     Always from the whole archived transcript, never from a base: this is how summaries
     are made anew after the settings changed.
     """
-    token = restore_token(layout, session_id)
+    guard = guard or FileGuard()
+    token = guard.token(session_id)
     if await asyncio.to_thread(layout.session_file(session_id).exists):
         return Outcome(session_id, "not_compacted")  # live in sessions/: not ours to touch
     arch = layout.archive_file(session_id)
@@ -140,7 +146,7 @@ async def recompact_session(
         layout, session_id, data, arch, settings, max_request_chars, clock, usage
     )
     await asyncio.to_thread(
-        install_summary, layout, session_id, text, arch, sha256(data), token, step_hook
+        install_summary, layout, session_id, text, arch, sha256(data), guard, token, step_hook
     )
     log.info(
         "compaction.recompacted",

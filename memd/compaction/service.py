@@ -6,59 +6,38 @@ steps of `memd.compaction.files`), record the outcome (`memd.compaction.store`) 
 failures with exponential backoff. It also restores a compacted session whose
 conversation resumes, and re-compacts on request. See docs/compaction.md.
 
-The names other modules use are re-exported here, so `memd.compaction.service` stays the one
-import for compaction.
+What it holds per open client (`ClientRecords`: records, ledger, file guard, sqlite thread)
+is opened with `open_client` and closed with `close_client` or `close`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
+import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from memd.compaction import llm
-from memd.compaction.files import (
-    StepHook,
-    Superseded,
-    TranscriptChanged,
-    compacted_ids,
-    restore_files,
-    summary_meta,
-    sweep_tmp,
-)
-from memd.compaction.job import Outcome, compact_session, recompact_session, restore
-from memd.compaction.status import client_cap, session_rows, session_tokens, total_cap
-from memd.compaction.store import (
-    Backoff,
-    ClientRecords,
-    CompactionStates,
-    Record,
-    S,
-    Store,
-)
-from memd.compaction.usage import Usage, cap_reached, day_of, next_day, summary_of
+from memd.compaction import llm, outcomes
+from memd.compaction.files import StepHook, compacted_ids, restore_files, sweep_tmp
+from memd.compaction.job import Outcome, compact_session, recompact_session
+from memd.compaction.schedule import Key, Schedule, cancel
+from memd.compaction.status import client_status, compactor_status, session_rows, session_tokens
+from memd.compaction.store import Backoff, ClientRecords, S
+from memd.compaction.usage import Usage, cap_reached, day_of, next_day
 from memd.config import CompactionConfig
 from memd.errors import CompactionError
 from memd.layout import ClientLayout
-from memd.markdown import (
-    iso,
-    parse_summary_title,
-    read_front_matter,
-    render_summary,
-    shape_body,
-)
+from memd.markdown import iso
 
 log = structlog.get_logger()
 
 CompactedHook = Callable[[str, str], Awaitable[None] | None]
 Progress = Callable[[int, int, str], Awaitable[None] | None]
-
-Key = tuple[str, str]  # (client_id, session_id)
+Job = Callable[..., Awaitable[Outcome]]  # compact_session or recompact_session
 
 
 class Compactor:
@@ -90,15 +69,11 @@ class Compactor:
         self.max_request_chars = max_request_chars
         self.backoff = backoff or Backoff()
         self.on_compacted = on_compacted
-        self._step_hook = step_hook  # see compaction_files.StepHook
+        self._step_hook = step_hook  # see memd.compaction.files.StepHook
         self._clock = clock
         self._clients: dict[str, ClientRecords] = {}
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._due: dict[Key, float] = {}
-        self._running: dict[Key, asyncio.Task[Any]] = {}  # compactions and re-compactions
+        self._schedule = Schedule()
         self._sem = asyncio.Semaphore(max_concurrent)
-        self._wake = asyncio.Event()
         self._open_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -116,19 +91,19 @@ class Compactor:
 
     async def close(self) -> None:
         """Stop everything; interrupted compactions stay pending and resume on next start."""
-        jobs = list(self._running.values())
+        jobs = list(self._schedule.running.values())
         for task in [*self._tasks, *jobs]:
             task.cancel()
         await asyncio.gather(*self._tasks, *jobs, return_exceptions=True)
         self._tasks = []
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
 
     def set_config(self, config: CompactionConfig) -> None:
         """A config reload: the next LLM call uses it; enabling lets due work run."""
         self.config = config
-        self._wake.set()
+        self._schedule.wake.set()
 
     def require_enabled(self) -> None:
         """Refuse an explicit request to send a transcript to an LLM the config did not name."""
@@ -149,19 +124,23 @@ class Compactor:
                 await self._open(layout)
 
     async def _open(self, layout: ClientLayout) -> None:
-        client = await asyncio.to_thread(ClientRecords.open, layout)
-        layout.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(sweep_tmp, layout)
+        client = await ClientRecords.open(layout)
+        try:
+            layout.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            await asyncio.to_thread(sweep_tmp, layout, client.guard)
+        except BaseException:
+            await client.close()
+            raise
         self._clients[layout.client_id] = client
         for rec in list(client.records.values()):
             key = (layout.client_id, rec.session_id)
             if rec.state == S.RESTORING:
                 await self._restore(client, rec.session_id)
             elif rec.state == S.PENDING:
-                self._due[key] = self._clock()
+                self._schedule.later(key, self._clock())
             elif rec.state in (S.FAILED, S.DEFERRED):
-                self._due[key] = rec.next_retry or self._clock()
-        self._wake.set()
+                self._schedule.later(key, rec.next_retry or self._clock())
+        self._schedule.wake.set()
         log.info("compaction.client_opened", client=layout.client_id, records=len(client.records))
 
     async def close_client(self, client_id: str) -> None:
@@ -169,12 +148,18 @@ class Compactor:
         client = self._clients.pop(client_id, None)
         if client is None:
             return
-        for key in [k for k in self._running if k[0] == client_id]:
-            await _cancel(self._running[key])
-        for key in [k for k in self._due if k[0] == client_id]:
-            del self._due[key]
-        self._queued -= {k for k in self._queued if k[0] == client_id}
-        client.close()
+        for job in self._schedule.drop_client(client_id):
+            await cancel(job)
+        await client.close()
+
+    def files_lock(self, client_id: str) -> threading.Lock:
+        """The lock the client's file steps hold, for others who move its files (forget).
+
+        A client this compactor does not have open gets a lock of its own: no step of
+        ours runs on its files (`close_client` closed its guard).
+        """
+        client = self._clients.get(client_id)
+        return client.guard.lock if client is not None else threading.Lock()
 
     def on_end_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
         """For ClientSessions(on_end=[...]): compact the session that ended, if enabled."""
@@ -197,7 +182,7 @@ class Compactor:
         client = self._client(client_id)
         client.layout.session_file(session_id)  # refuses ids that are not file names
         key = (client_id, session_id)
-        if key in self._running or key in self._queued:
+        if self._schedule.busy(key):
             return False
         rec = client.get(session_id)
         if (
@@ -208,11 +193,11 @@ class Compactor:
             return False  # done, and not restored since
         attempts = rec.attempts if rec and rec.state in (S.PENDING, S.FAILED, S.DEFERRED) else 0
         self._set(client, session_id, S.PENDING, attempts=attempts, next_retry=None)
-        self._due.pop(key, None)
+        self._schedule.withdraw(key)
         if force or self.config.enabled:
-            self._enqueue(key)
+            self._schedule.enqueue(key)
         else:
-            self._due[key] = self._clock()
+            self._schedule.later(key, self._clock())
         return True
 
     async def restore(self, client_id: str, session_id: str) -> str:
@@ -228,10 +213,9 @@ class Compactor:
         client = self._client(client_id)
         client.layout.session_file(session_id)
         key = (client_id, session_id)
-        if key in self._running:
-            await _cancel(self._running[key])
-        self._queued.discard(key)
-        self._due.pop(key, None)
+        if key in self._schedule.running:
+            await cancel(self._schedule.running[key])
+        self._schedule.withdraw(key)
         return await self._restore(client, session_id)
 
     async def recompact(
@@ -262,7 +246,7 @@ class Compactor:
         client = self._clients.get(client_id)
         if client is None:
             return {}
-        running = {sid for cid, sid in self._running if cid == client_id}
+        running = set(self._schedule.running_of(client_id))
         return session_rows(client, running, day_of(self._clock()))
 
     def session_tokens(self, client_id: str) -> dict[str, dict[str, Any]]:
@@ -275,43 +259,15 @@ class Compactor:
         client = self._clients.get(client_id)
         if client is None:
             return {}
-        counts = client.counts()
-        failures = [
-            rec.public(client.layout) for rec in client.records.values() if rec.state == S.FAILED
-        ]
-        day = day_of(self._clock())
-        return {
-            **counts,
-            "running": sorted(k[1] for k in self._running if k[0] == client_id),
-            "queued": sum(1 for k in self._queued if k[0] == client_id),
-            "failures": failures,
-            "tokens": client.ledger.summary(day),
-            "cap": client_cap(
-                self.config,
-                client.ledger,
-                [c.ledger for c in self._clients.values()],
-                day,
-                self._clock(),
-            ),
-        }
+        ledgers = [c.ledger for c in self._clients.values()]
+        return client_status(client, self._schedule, self.config, ledgers, self._clock())
 
     def status(self) -> dict[str, Any]:
-        cfg = self.config
-        now = self._clock()
-        day = day_of(now)
-        return {
-            "enabled": cfg.enabled,
-            "llm_provider": cfg.llm_provider,
-            "llm_model": self.settings().model,
-            "max_concurrent": self.max_concurrent,
-            "queued": len(self._queued),
-            "running": len(self._running),
-            "scheduled": len(self._due),
-            "deferred": sum(c.counts()[S.DEFERRED] for c in self._clients.values()),
-            "tokens": summary_of((c.ledger for c in self._clients.values()), day),
-            "cap": total_cap(cfg, [c.ledger for c in self._clients.values()], day, now),
-            "clients": {cid: self.client_status(cid) for cid in sorted(self._clients)},
-        }
+        out = compactor_status(self.config, self._schedule, self._clients, self._clock())
+        out["llm_model"] = self.settings().model
+        out["max_concurrent"] = self.max_concurrent
+        out["clients"] = {cid: self.client_status(cid) for cid in sorted(self._clients)}
+        return out
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -319,62 +275,37 @@ class Compactor:
         """Queue every compaction whose time has come; returns how many were queued."""
         if not self.config.enabled:
             return 0
-        now = self._clock() if now is None else now
-        # A job that just failed is still running for a moment: its retry waits for it.
-        due = [key for key, at in self._due.items() if at <= now and key not in self._running]
+        due = self._schedule.take_due(self._clock() if now is None else now)
         for key in due:
-            del self._due[key]
             client = self._clients[key[0]]
             rec = client.get(key[1])
             if rec is not None and rec.state in (S.FAILED, S.DEFERRED):  # its time has come
                 self._set(client, key[1], S.PENDING, next_retry=None)
-            self._enqueue(key)
+            self._schedule.enqueue(key)
         return len(due)
 
     async def drain(self) -> None:
-        """Wait until nothing is queued or running (retries scheduled later don't count)."""
-        await self._queue.join()
-
-    async def _tracked(
-        self, key: Key, work: Coroutine[Any, Any, Any], name: str
-    ) -> asyncio.Task[Any]:
-        """Run `work` as this session's job, visible in `_running` so a restore can cancel
-        it; returns the finished (or cancelled) task."""
-        job = asyncio.create_task(work, name=name)
-        self._running[key] = job
-        try:
-            await asyncio.wait([job])
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
-        finally:
-            if self._running.get(key) is job:
-                del self._running[key]
-        return job
-
-    def _enqueue(self, key: Key) -> None:
-        if key not in self._queued and key not in self._running:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        """Wait until nothing is queued or running (retries scheduled later don't count)
+        and what they recorded is written."""
+        await self._schedule.queue.join()
+        for client in list(self._clients.values()):
+            await client.flush()
 
     async def _scheduler(self) -> None:
+        due = self._schedule.due
         while True:
-            self._wake.clear()
+            self._schedule.wake.clear()
             self.step()
-            wait = None
-            if self.config.enabled and self._due:
-                wait = max(0.0, min(self._due.values()) - self._clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            until = min(due.values()) if self.config.enabled and due else None
+            await self._schedule.sleep(until, self._clock())
 
     async def _worker(self) -> None:
         while True:
-            key = await self._queue.get()
+            key = await self._schedule.queue.get()
             try:
-                if key not in self._queued:
+                if not self._schedule.take(key):
                     continue  # withdrawn (restore, client closed) while it waited
-                self._queued.discard(key)
-                job = await self._tracked(key, self._compact(key), f"compaction:{key[1]}")
+                job = await self._schedule.track(key, self._compact(key), f"compaction:{key[1]}")
                 if not job.cancelled() and job.exception() is not None:
                     log.error(
                         "compaction.crashed",
@@ -383,7 +314,28 @@ class Compactor:
                         error=repr(job.exception()),
                     )
             finally:
-                self._queue.task_done()
+                self._schedule.queue.task_done()
+
+    # --- one run --------------------------------------------------------------------------
+
+    async def _run(self, job: Job, client: ClientRecords, sid: str) -> Outcome:
+        """One compaction or re-compaction with the settings in force now; what it spent
+        counts, also for one that fails or is cancelled."""
+        usage = Usage()
+        try:
+            return await job(
+                client.layout,
+                sid,
+                self.settings(),
+                max_request_chars=self.max_request_chars,
+                clock=self._clock,
+                step_hook=self._step_hook,
+                usage=usage,
+                guard=client.guard,
+            )
+        finally:
+            if usage:
+                client.ledger.add(sid, day_of(self._clock()), usage)
 
     async def _compact(self, key: Key) -> None:
         client_id, sid = key
@@ -393,63 +345,23 @@ class Compactor:
             return  # restored, or the client closed, while it waited
         async with self._sem:
             if (reason := self._cap_reached(client)) is not None:
-                self._defer(client, sid, reason)
+                outcomes.deferred(client, self._schedule, sid, reason, self._clock())
                 return
             settings = self.settings()
-            usage = Usage()
             try:
-                out = await compact_session(
-                    client.layout,
-                    sid,
-                    settings,
-                    max_request_chars=self.max_request_chars,
-                    clock=self._clock,
-                    step_hook=self._step_hook,
-                    usage=usage,
-                )
+                out = await self._run(compact_session, client, sid)
             except Exception as exc:  # whatever it was, nothing half-done is left: retry later
-                self._fail(client, sid, exc)
+                outcomes.failed(client, self._schedule, sid, exc, self.backoff, self._clock())
                 return
-            finally:  # what was spent counts, also for a failed or cancelled compaction
-                self._spend(client, sid, usage)
         if out.result == "missing":
             self._set(client, sid, S.MISSING, last_error="no transcript in sessions/ or archive/")
             return
-        self._set(
-            client,
-            sid,
-            S.COMPACTED,
-            last_error=None,
-            next_retry=None,
-            compacted_at=out.compacted_at or self._clock(),
-            llm_provider=out.llm_provider or settings.provider,
-            llm_model=out.llm_model or settings.model,
-            parts=out.parts,
-            requests=out.requests,
-        )
+        outcomes.compacted(client, sid, out, settings, self._clock())
         if self.on_compacted is not None:
             try:
                 await _maybe_await(self.on_compacted(client_id, sid))
             except Exception:
                 log.exception("compaction.hook_failed", client=client_id, session=sid)
-
-    def _fail(self, client: ClientRecords, sid: str, exc: Exception) -> None:
-        rec = client.records[sid]
-        attempts = rec.attempts + 1
-        delay = self.backoff.delay(attempts)
-        retry_at = self._clock() + delay
-        error = f"{getattr(exc, 'reason', type(exc).__name__)}: {exc}"
-        self._set(client, sid, S.FAILED, attempts=attempts, last_error=error, next_retry=retry_at)
-        self._due[(client.layout.client_id, sid)] = retry_at
-        self._wake.set()
-        log.warning(
-            "compaction.failed",
-            client=client.layout.client_id,
-            session=sid,
-            attempts=attempts,
-            retry_in=round(delay, 3),
-            error=error,
-        )
 
     def _cap_reached(self, client: ClientRecords) -> str | None:
         cfg = self.config
@@ -461,31 +373,14 @@ class Compactor:
             day_of(self._clock()),
         )
 
-    def _defer(self, client: ClientRecords, sid: str, reason: str) -> None:
-        """At a cap: wait, untouched and searchable, until the next UTC day starts."""
-        at = next_day(self._clock())
-        self._set(client, sid, S.DEFERRED, last_error=f"deferred: {reason}", next_retry=at)
-        self._due[(client.layout.client_id, sid)] = at
-        self._wake.set()
-        log.info(
-            "compaction.deferred",
-            client=client.layout.client_id,
-            session=sid,
-            reason=reason,
-            until=iso(at),
-        )
-
-    def _spend(self, client: ClientRecords, sid: str, usage: Usage) -> None:
-        if usage:
-            client.ledger.add(sid, day_of(self._clock()), usage)
-
     async def _recompact_one(self, client: ClientRecords, sid: str) -> dict[str, Any]:
         """One re-compaction, tracked as running so a restore of the session cancels it."""
         client.layout.session_file(sid)
         key = (client.layout.client_id, sid)
-        if key in self._running or key in self._queued:
+        if self._schedule.busy(key):
             return {"session_id": sid, "result": "busy", "error": "a compaction is running"}
-        job = await self._tracked(key, self._recompact(client, sid), f"recompaction:{sid}")
+        work = self._recompact(client, sid)
+        job = await self._schedule.track(key, work, f"recompaction:{sid}")
         if job.cancelled():
             return {
                 "session_id": sid,
@@ -501,19 +396,10 @@ class Compactor:
                 error = f"deferred: {reason}; ask again after {resets}"
                 return {"session_id": sid, "result": "deferred", "error": error}
             settings = self.settings()
-            usage = Usage()
             try:
-                out = await recompact_session(
-                    client.layout,
-                    sid,
-                    settings,
-                    max_request_chars=self.max_request_chars,
-                    clock=self._clock,
-                    step_hook=self._step_hook,
-                    usage=usage,
-                )
+                out = await self._run(recompact_session, client, sid)
             except Exception as exc:
-                error = f"{getattr(exc, 'reason', type(exc).__name__)}: {exc}"
+                error = outcomes.reason(exc)
                 rec = client.get(sid)
                 if rec is not None and rec.state == S.COMPACTED:
                     self._set(client, sid, S.COMPACTED, last_error=error)
@@ -524,27 +410,16 @@ class Compactor:
                     error=error,
                 )
                 return {"session_id": sid, "result": "failed", "error": error}
-            finally:
-                self._spend(client, sid, usage)
         if out.result == "recompacted":
-            self._set(
-                client,
-                sid,
-                S.COMPACTED,
-                last_error=None,
-                next_retry=None,
-                compacted_at=out.compacted_at,
-                llm_provider=out.llm_provider,
-                llm_model=out.llm_model,
-                parts=out.parts,
-                requests=out.requests,
-            )
+            outcomes.compacted(client, sid, out, settings, self._clock())
         return {"session_id": sid, "result": out.result, "error": None}
 
     async def _restore(self, client: ClientRecords, sid: str) -> str:
         self._set(client, sid, S.RESTORING)
-        result = await asyncio.to_thread(restore_files, client.layout, sid)
+        await client.flush()  # the intent is on disk before any file moves
+        result = await asyncio.to_thread(restore_files, client.layout, sid, client.guard)
         self._set(client, sid, None)
+        await client.flush()
         log.info("compaction.restored", client=client.layout.client_id, session=sid, result=result)
         return result
 
@@ -561,32 +436,6 @@ class Compactor:
         client.set(sid, state, self._clock(), **changes)
 
 
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    await asyncio.wait([task])
-
-
 async def _maybe_await(result: Any) -> None:
     if inspect.isawaitable(result):
         await result
-
-
-__all__ = [
-    "Backoff",
-    "CompactionStates",
-    "Compactor",
-    "Outcome",
-    "Record",
-    "Store",
-    "Superseded",
-    "TranscriptChanged",
-    "compact_session",
-    "parse_summary_title",
-    "read_front_matter",
-    "recompact_session",
-    "render_summary",
-    "restore",
-    "restore_files",
-    "shape_body",
-    "summary_meta",
-]

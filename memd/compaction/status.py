@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from memd.compaction.store import ClientRecords
-from memd.compaction.usage import Ledger, day_of, next_day
+from memd.compaction.schedule import Schedule
+from memd.compaction.store import ClientRecords, S
+from memd.compaction.usage import Ledger, day_of, next_day, summary_of
 from memd.config import CompactionConfig
 from memd.markdown import iso
 
@@ -26,6 +28,50 @@ def session_tokens(client: ClientRecords, day: str) -> dict[str, dict[str, Any]]
     what it spent.
     """
     return {sid: client.ledger.summary(day, sid) for sid in sorted(client.ledger.sessions())}
+
+
+def client_status(
+    client: ClientRecords,
+    schedule: Schedule,
+    config: CompactionConfig,
+    ledgers: list[Ledger],
+    now: float,
+) -> dict[str, Any]:
+    """One client's counts per state, what runs and waits, every failure, tokens, its cap."""
+    cid = client.layout.client_id
+    day = day_of(now)
+    failures = [
+        rec.public(client.layout) for rec in client.records.values() if rec.state == S.FAILED
+    ]
+    return {
+        **client.counts(),
+        "running": schedule.running_of(cid),
+        "queued": schedule.queued_of(cid),
+        "failures": failures,
+        "tokens": client.ledger.summary(day),
+        "cap": client_cap(config, client.ledger, ledgers, day, now),
+    }
+
+
+def compactor_status(
+    config: CompactionConfig,
+    schedule: Schedule,
+    clients: Mapping[str, ClientRecords],
+    now: float,
+) -> dict[str, Any]:
+    """The whole compactor: config in force, queue sizes, tokens and the cap over all clients."""
+    day = day_of(now)
+    ledgers = [c.ledger for c in clients.values()]
+    return {
+        "enabled": config.enabled,
+        "llm_provider": config.llm_provider,
+        "queued": len(schedule.queued),
+        "running": len(schedule.running),
+        "scheduled": len(schedule.due),
+        "deferred": sum(c.counts()[S.DEFERRED] for c in clients.values()),
+        "tokens": summary_of(ledgers, day),
+        "cap": total_cap(config, ledgers, day, now),
+    }
 
 
 def client_cap(

@@ -2,19 +2,28 @@
 
 Each client keeps its own `<root>/.memd/compaction.sqlite3` (WAL), so pending and failed
 compactions resume after a restart and no schema is shared with the session store.
+
+One thread policy for sqlite, as in the session store: never on the event loop. An open
+client's records (`ClientRecords`) own one thread that opens, writes and closes its
+database; a change is made in memory at once and its write queued, in order, on that
+thread (`flush()` waits for what is queued).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import structlog
 
-from memd.compaction.usage import Ledger
+from memd.compaction.files import FileGuard
+from memd.compaction.usage import Ledger, Usage, add_row, load_rows
 from memd.layout import ClientLayout
 from memd.markdown import iso
 
@@ -135,9 +144,14 @@ class Store:
         with self._lock:
             self.db.execute("DELETE FROM compaction WHERE session_id = ?", (session_id,))
 
-    def ledger(self) -> Ledger:
+    def usage_rows(self) -> dict[tuple[str, str], Usage]:
         """The token usage rows kept in the same file (see memd.compaction.usage)."""
-        return Ledger(self.db, self._lock)
+        with self._lock:
+            return load_rows(self.db)
+
+    def add_usage(self, session_id: str, day: str, usage: Usage) -> None:
+        with self._lock:
+            add_row(self.db, session_id, day, usage)
 
     def close(self) -> None:
         with self._lock:
@@ -145,24 +159,64 @@ class Store:
 
 
 class ClientRecords:
-    """One client's records: kept in memory for status, written through on every change."""
+    """One open client's compaction state: its records, in memory for status and written
+    through on the client's own sqlite thread, its token ledger, and its file guard."""
 
-    def __init__(self, layout: ClientLayout, store: Store) -> None:
+    def __init__(self, layout: ClientLayout, store: Store, io: ThreadPoolExecutor) -> None:
         self.layout = layout
         self.store = store
+        self._io = io
         self.records = store.load()
-        self.ledger = store.ledger()
+        self.ledger = Ledger(store.usage_rows(), self._add_usage)
+        self.guard = FileGuard()
 
     @classmethod
-    def open(cls, layout: ClientLayout) -> ClientRecords:
-        """Blocking (sqlite): run it in a thread."""
-        return cls(layout, Store(layout))
+    async def open(cls, layout: ClientLayout) -> ClientRecords:
+        """Open the client's database on a thread of its own, which then does every write."""
+        io = ThreadPoolExecutor(1, thread_name_prefix=f"memd-compaction-{layout.client_id}")
+        try:
+            return await asyncio.wrap_future(io.submit(lambda: cls(layout, Store(layout), io)))
+        except BaseException:
+            io.shutdown(wait=False)
+            raise
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far is in the database."""
+        await asyncio.wrap_future(self._io.submit(_nothing))
+
+    async def close(self) -> None:
+        """Refuse later file steps, write what is queued, close the database and the thread."""
+        try:
+            await asyncio.to_thread(self.guard.close)
+            await asyncio.wrap_future(self._io.submit(self.store.close))
+        finally:
+            self._io.shutdown(wait=False)
+
+    def _write(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            future = self._io.submit(fn, *args)
+        except RuntimeError:  # closed: a job that outlived close(); its state reloads
+            log.warning("compaction.state_write_after_close", client=self.layout.client_id)
+            return
+        future.add_done_callback(self._written)
+
+    def _written(self, future: Future[None]) -> None:
+        if not future.cancelled() and (exc := future.exception()) is not None:
+            # The record in memory is right; a restart reloads the last one written and
+            # runs the compaction again, which converges (memd.compaction.job).
+            log.error(
+                "compaction.state_write_failed", client=self.layout.client_id, error=repr(exc)
+            )
+
+    def _add_usage(self, session_id: str, day: str, usage: Usage) -> None:
+        self._write(self.store.add_usage, session_id, day, usage)
 
     def get(self, session_id: str) -> Record | None:
         return self.records.get(session_id)
 
     def set(self, session_id: str, state: str | None, now: float, **changes: Any) -> None:
-        """The one place a session's compaction state changes: checked, logged, persisted.
+        """The one place a session's compaction state changes: checked, logged, persisted
+        (queued on the client's sqlite thread, in order).
 
         `state` None drops the record (a restore: compacted again when it next ends).
         """
@@ -178,11 +232,11 @@ class ClientRecords:
             )
         if state is None:
             self.records.pop(session_id, None)
-            self.store.delete(session_id)
+            self._write(self.store.delete, session_id)
             return
         rec = replace(rec or Record(session_id, state), state=state, updated=now, **changes)
         self.records[session_id] = rec
-        self.store.put(rec)
+        self._write(self.store.put, rec)
 
     def counts(self) -> dict[str, int]:
         kinds = (S.PENDING, S.FAILED, S.DEFERRED, S.COMPACTED, S.MISSING)
@@ -191,5 +245,6 @@ class ClientRecords:
             counts[rec.state] = counts.get(rec.state, 0) + 1
         return counts
 
-    def close(self) -> None:
-        self.store.close()
+
+def _nothing() -> None:
+    """Queued behind the writes so far: done once they are."""

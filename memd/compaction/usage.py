@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import threading
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,41 +84,57 @@ def total(items: Iterable[Usage]) -> Usage:
     return out
 
 
-class Ledger:
-    """One client's usage rows: in memory for status and the cap, written through to sqlite."""
+Persist = Callable[[str, str, "Usage"], None]
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
-        self._db, self._lock = db, lock
-        with lock:
-            db.executescript(USAGE_SCHEMA)
-            rows = db.execute(
-                "SELECT session_id, day, input_tokens, output_tokens, requests,"
-                " estimated_requests FROM usage"
-            ).fetchall()
-        self.rows: dict[tuple[str, str], Usage] = {(r[0], r[1]): Usage(*r[2:]) for r in rows}
+
+def load_rows(db: sqlite3.Connection) -> dict[tuple[str, str], Usage]:
+    """Every (session, day) row of the `usage` table, made if missing (blocking: sqlite)."""
+    db.executescript(USAGE_SCHEMA)
+    rows = db.execute(
+        "SELECT session_id, day, input_tokens, output_tokens, requests,"
+        " estimated_requests FROM usage"
+    ).fetchall()
+    return {(r[0], r[1]): Usage(*r[2:]) for r in rows}
+
+
+def add_row(db: sqlite3.Connection, session_id: str, day: str, usage: Usage) -> None:
+    """Add `usage` to the session's row for `day` (blocking: sqlite)."""
+    db.execute(
+        "INSERT INTO usage (session_id, day, input_tokens, output_tokens, requests,"
+        " estimated_requests) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, day)"
+        " DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,"
+        " output_tokens = output_tokens + excluded.output_tokens,"
+        " requests = requests + excluded.requests,"
+        " estimated_requests = estimated_requests + excluded.estimated_requests",
+        (
+            session_id,
+            day,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.requests,
+            usage.estimated_requests,
+        ),
+    )
+
+
+class Ledger:
+    """One client's usage rows, in memory for status and the cap.
+
+    `persist` writes each addition through; the client's records hand it to their sqlite
+    thread (memd.compaction.store), so counting never waits on the database.
+    """
+
+    def __init__(self, rows: dict[tuple[str, str], Usage], persist: Persist | None = None) -> None:
+        self.rows = rows
+        self._persist = persist
 
     def add(self, session_id: str, day: str, usage: Usage) -> None:
         """Count `usage` for the session on `day` (nothing to do for no calls)."""
         if not usage:
             return
         self.rows.setdefault((session_id, day), Usage()).merge(usage)
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO usage (session_id, day, input_tokens, output_tokens, requests,"
-                " estimated_requests) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, day)"
-                " DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,"
-                " output_tokens = output_tokens + excluded.output_tokens,"
-                " requests = requests + excluded.requests,"
-                " estimated_requests = estimated_requests + excluded.estimated_requests",
-                (
-                    session_id,
-                    day,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.requests,
-                    usage.estimated_requests,
-                ),
-            )
+        if self._persist is not None:
+            self._persist(session_id, day, replace(usage))
 
     def sessions(self) -> set[str]:
         return {sid for sid, _ in self.rows}

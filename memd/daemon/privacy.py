@@ -117,7 +117,15 @@ class PrivacyDesk:
         cid = layout.client_id
 
         async def search(query: str) -> list[tuple[str, str]]:
-            out = await recall(client.searcher, query, rt.config.search_top_k, None, None, layout)
+            out = await recall(
+                client.searcher,
+                query,
+                rt.config.search_top_k,
+                None,
+                None,
+                layout,
+                lane=client.recall_lane,
+            )
             return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
 
         async def count_rows(todo: Plan) -> int:

@@ -107,9 +107,6 @@ class Daemon:
         await self.shutdown()
         return 0
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     async def shutdown(self) -> None:
         log.info("memd.stopping")
         self.notifier.stopping()

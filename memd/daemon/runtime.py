@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
+from memd.recall import RecallLane
 from memd.sessions import ClientSessions
 
 log = structlog.get_logger()
@@ -31,16 +32,23 @@ log = structlog.get_logger()
 
 @dataclass
 class ClientRuntime:
-    """Everything memd runs for one client."""
+    """Everything memd runs for one client, closed with it."""
 
     layout: ClientLayout
     sessions: ClientSessions
     pipelines: Pipelines
+    recall_lane: RecallLane = field(default_factory=RecallLane)  # its own search threads
 
     @property
     def searcher(self) -> IndexSearcher | None:
         """The client's index for recall; None while its pipeline is (re)starting."""
         return self.pipelines.searcher(self.layout.client_id)
+
+    async def close(self) -> None:
+        try:
+            await self.sessions.close()
+        finally:
+            self.recall_lane.close()
 
 
 class Runtime:
@@ -113,7 +121,7 @@ class Runtime:
             for client_id in sorted(set(self.clients) - set(wanted)):
                 removed = self.clients.pop(client_id)
                 await self.compactor.close_client(client_id)
-                await removed.sessions.close()
+                await removed.close()
                 log.info("client.stopped", client=client_id)
             if new.compaction != self.config.compaction:
                 self.compactor.set_config(new.compaction)
@@ -252,7 +260,7 @@ class Runtime:
         async with self._lock:
             for client_id, runtime in list(self.clients.items()):
                 try:
-                    await runtime.sessions.close()
+                    await runtime.close()
                 except Exception:
                     log.exception("client.close_failed", client=client_id)
             self.clients.clear()

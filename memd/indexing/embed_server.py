@@ -196,7 +196,7 @@ class EmbeddingServer:
         api_key: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        self._embedder = embedder or embedding.embed
+        self._embedder = embedder or embedding.Embedder().embed
         self._model = model
         self._api_key = api_key or secrets.token_urlsafe(32)
         self._host = host

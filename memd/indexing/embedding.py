@@ -99,26 +99,30 @@ def load_model() -> StaticModel:
     return model
 
 
-_lock = threading.Lock()
-_model: StaticModel | None = None
+class Embedder:
+    """The embedded model, loaded on first use (well under a second, ~32 MB) and kept.
 
+    Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
+    watchers (through `EmbeddingServer`) and every client's recall queries, so the
+    table is in memory once. Thread-safe.
+    """
 
-def model() -> StaticModel:
-    """The process-wide model, loaded on first use (well under a second, ~32 MB)."""
-    global _model
-    if _model is None:
-        with _lock:
-            if _model is None:
-                _model = load_model()
-    return _model
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._model: StaticModel | None = None
 
+    def model(self) -> StaticModel:
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    self._model = load_model()
+        return self._model
 
-def embed(texts: list[str]) -> list[list[float]]:
-    """Embed texts with the default model: 256 floats each, unit length."""
-    if not texts:
-        return []
-    return model().embed(texts)
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """256 floats per text, unit length."""
+        if not texts:
+            return []
+        return self.model().embed(texts)
 
-
-def embed_one(text: str) -> list[float]:
-    return embed([text])[0]
+    def embed_one(self, text: str) -> list[float]:
+        return self.embed([text])[0]

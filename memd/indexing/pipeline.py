@@ -26,7 +26,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config
-from memd.indexing import maintenance, settings
+from memd.indexing import embedding, maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
@@ -114,6 +114,8 @@ class Pipelines:
         self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
         self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
+        # One embedded model for the watchers' endpoint and every client's queries.
+        self.embedder = embedding.Embedder()
         self._embed: EmbeddingServer | None = None
         self._endpoint: Endpoint | None = None
         self._task: asyncio.Task[None] | None = None
@@ -275,7 +277,7 @@ class Pipelines:
         )
         children.append(name)
         target = settings.index_target(config, layout)
-        searcher = IndexSearcher(target, config.embedding, root=layout.root)
+        searcher = IndexSearcher(target, config.embedding, root=layout.root, embedder=self.embedder)
         self._pipelines[client_id] = _Pipeline(
             layout,
             config,
@@ -347,7 +349,7 @@ class Pipelines:
         if not settings.uses_embedded_model(config.embedding):
             return None
         if self._endpoint is None:
-            self._embed = EmbeddingServer()
+            self._embed = EmbeddingServer(self.embedder.embed)
             self._endpoint = await asyncio.to_thread(self._embed.start)
         return self._endpoint
 

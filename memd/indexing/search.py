@@ -97,15 +97,16 @@ class QueryEmbedder:
     `asyncio.run` per call breaks them, as memsearch's own watcher notes).
     """
 
-    def __init__(self, cfg: EmbeddingConfig) -> None:
+    def __init__(self, cfg: EmbeddingConfig, embedder: embedding.Embedder | None = None) -> None:
         self._cfg = cfg
+        self._embedded = embedder or embedding.Embedder()  # loads the model on first use
         self._provider: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
     def embed(self, text: str, timeout: float) -> list[float]:
         if uses_embedded_model(self._cfg):
-            return embedding.embed_one(text)
+            return self._embedded.embed_one(text)
         provider, loop = self._ensure_provider()
         future = asyncio.run_coroutine_threadsafe(provider.embed([text]), loop)
         try:
@@ -222,12 +223,13 @@ class IndexSearcher:
         root: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         bm25_weight: float = ranking.DEFAULT_BM25_WEIGHT,
+        embedder: embedding.Embedder | None = None,  # the daemon's one embedded model
     ) -> None:
         self.target = target
         self.root = root
         self.timeout = timeout
         self.bm25_weight = bm25_weight
-        self._embedder = QueryEmbedder(embedding_cfg)
+        self._embedder = QueryEmbedder(embedding_cfg, embedder)
         self._client: Any = None
         self._lock = threading.Lock()
 

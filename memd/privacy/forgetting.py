@@ -22,13 +22,14 @@ holds the forgotten text.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from memd.compaction import Compactor, files_lock, restore_files
+from memd.compaction import Compactor, restore_files
 from memd.layout import ClientLayout
 from memd.markdown import exchange_spans, fsync_dir
 from memd.privacy.select import Plan, Selector, plan
@@ -72,7 +73,7 @@ async def forget(target: Target, selector: Selector) -> dict[str, Any]:
         return {"removed": removed, "selector": selector.describe()}
     if target.count_rows is not None:
         removed["index_rows"] = await target.count_rows(todo)
-    erased = await target.sessions.erase(todo.cuts, files_lock(layout))
+    erased = await target.sessions.erase(todo.cuts, _files_lock(target))
     removed["exchanges"], removed["files"] = erased.exchanges, erased.files
     removed["sessions"] = erased.sessions
     removed["files"] += await _summaries(target, todo)
@@ -109,7 +110,7 @@ async def _summaries(target: Target, todo: Plan) -> int:
                 await asyncio.to_thread(restore_files, layout, sid)
             moved = True
         else:
-            await asyncio.to_thread(_unlink, layout, sid)
+            await asyncio.to_thread(_unlink, layout, sid, _files_lock(target))
         changed += 1
     if moved:
         await target.sessions.resync()  # a restored session is `ended` again
@@ -124,7 +125,14 @@ def _archived_exchanges(layout: ClientLayout, sid: str) -> int:
     return len(exchange_spans(text))
 
 
-def _unlink(layout: ClientLayout, sid: str) -> None:
-    with files_lock(layout):
+def _files_lock(target: Target) -> threading.Lock:
+    """The lock the client's compaction file steps hold (none run without a compactor)."""
+    if target.compactor is None:
+        return threading.Lock()
+    return target.compactor.files_lock(target.layout.client_id)
+
+
+def _unlink(layout: ClientLayout, sid: str, lock: threading.Lock) -> None:
+    with lock:
         layout.summary_file(sid).unlink(missing_ok=True)
         fsync_dir(layout.sessions)

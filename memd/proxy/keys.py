@@ -134,6 +134,7 @@ class KeyStore:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+            _sync_folder(path.parent)  # the new name survives a crash too
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -152,3 +153,11 @@ class KeyStore:
             raise KeyStoreError(f"{folder} belongs to uid {st.st_uid}, not to us")
         if st.st_mode & 0o077:
             raise KeyStoreError(f"{folder} is open to group or others; run `chmod 700 {folder}`")
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from memd.recall.service import (
         OVERFETCH,
         RecallBusyError,
+        RecallLane,
         RecallTimeoutError,
         collect,
         contained_path,
@@ -37,6 +38,7 @@ __all__ = [
     "RecallArgs",
     "RecallArgumentError",
     "RecallBusyError",
+    "RecallLane",
     "RecallTimeoutError",
     "Source",
     "allot",
@@ -64,6 +66,7 @@ __getattr__ = public_face(
         "service": (
             "OVERFETCH",
             "RecallBusyError",
+            "RecallLane",
             "RecallTimeoutError",
             "collect",
             "contained_path",

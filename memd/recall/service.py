@@ -17,7 +17,6 @@ import functools
 import os
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -59,6 +58,7 @@ async def recall(
     budget: int = CHAR_BUDGET,
     waiting: int | None = None,
     settings: RecallConfig | None = None,
+    lane: RecallLane | None = None,
 ) -> dict[str, Any]:
     """Search the client's index, expand the best hits, return `results` and `text`.
 
@@ -68,25 +68,30 @@ async def recall(
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
     or the search overruns `timeout` (the thread is then abandoned, never awaited), and
     RecallBusyError when `waiting` recalls (default LANE_WAITING; `limits.recall_queue`)
-    already wait behind the client's running ones.
+    already wait behind the client's running ones on its `lane` (without one, the search
+    gets threads of its own for this call).
     """
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     settings = settings or RecallConfig()
     fetch = top_k * OVERFETCH + 1
     deadline = time.monotonic() + timeout
-    search = _lane(searcher).submit(
-        functools.partial(
-            _search_by, deadline, searcher, query, fetch, after, before, settings.bm25_weight
-        ),
-        LANE_WAITING if waiting is None else waiting,
-    )
+    own = lane or RecallLane()
     try:
+        search = own.submit(
+            functools.partial(
+                _search_by, deadline, searcher, query, fetch, after, before, settings.bm25_weight
+            ),
+            LANE_WAITING if waiting is None else waiting,
+        )
         hits = await asyncio.wait_for(search, timeout + 1.0)
     except TimeoutError:
         raise IndexUnavailableError(
             f"the memory index did not answer within {timeout:g} s"
         ) from None
+    finally:
+        if lane is None:
+            own.close()
     hits = relevant(hits, settings.min_score, settings.drop_below)
     try:
         memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
@@ -134,9 +139,12 @@ LANE_THREADS = 2  # searches of one client at once
 LANE_WAITING = 16
 
 
-class _Lane:
+class RecallLane:
     """One client's own search threads: a hung index server ties up only these, never the
-    threads other clients' recalls (or anything else on the loop's executor) need."""
+    threads other clients' recalls (or anything else on the loop's executor) need.
+
+    Owned by the client's runtime (memd.daemon.runtime) and closed with it.
+    """
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
@@ -156,16 +164,9 @@ class _Lane:
     def _done(self, _future: asyncio.Future[list[Hit]]) -> None:
         self.busy -= 1
 
-
-_LANES: weakref.WeakKeyDictionary[IndexSearcher, _Lane] = weakref.WeakKeyDictionary()
-
-
-def _lane(searcher: IndexSearcher) -> _Lane:
-    lane = _LANES.get(searcher)
-    if lane is None:
-        lane = _LANES[searcher] = _Lane()
-        weakref.finalize(searcher, lane.pool.shutdown, wait=False)
-    return lane
+    def close(self) -> None:
+        """Drop what waits; a search that runs ends on its own (it has a deadline)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memory]:

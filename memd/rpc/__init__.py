@@ -1,4 +1,5 @@
-"""JSON-RPC 2.0 for memd: registry, param checks, framing, dispatch, the Unix-socket server."""
+"""JSON-RPC 2.0 for memd: registry, param checks, framing, dispatch (`protocol`), the server
+(`server`), one connection (`connection`) and the socket's safe set-up (`unix_socket`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.rpc.protocol import JsonParams, Params, Registry
-    from memd.rpc.server import RpcServer, SocketSetupError
+    from memd.rpc.server import RpcServer
+    from memd.rpc.unix_socket import SocketSetupError
 
 __all__ = [
     "JsonParams",
@@ -26,9 +28,7 @@ __getattr__ = public_face(
             "Params",
             "Registry",
         ),
-        "server": (
-            "RpcServer",
-            "SocketSetupError",
-        ),
+        "server": ("RpcServer",),
+        "unix_socket": ("SocketSetupError",),
     },
 )

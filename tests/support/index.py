@@ -30,6 +30,7 @@ from memd.indexing.settings import (
     watcher_command,
 )
 from memd.layout import ClientLayout, write_memsearch_toml
+from tests.support.embedding import EMBEDDER
 
 T = TypeVar("T")
 
@@ -103,7 +104,10 @@ class ClientIndex:
             self.layout.logs_dir / "watcher.log",
         )
         self.searcher = IndexSearcher(
-            index_target(self.config, self.layout), self.config.embedding, root=self.layout.root
+            index_target(self.config, self.layout),
+            self.config.embedding,
+            root=self.layout.root,
+            embedder=EMBEDDER,
         )
         return self
 

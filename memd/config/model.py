@@ -1,0 +1,175 @@
+"""memd's config as immutable values: every key, its default (declared here only) and its type.
+
+The dataclass fields are the one place a default is written: the loader
+(`memd.config.parse`) reads each key's default and type from them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+MODES = ("mcp_via_llm", "both", "llm_only", "mcp_only")
+MEMORY_MODES = ("mcp_via_llm", "both")
+LLM_PROVIDERS = ("openai", "anthropic", "gemini")
+# "wordllama" is memd's embedded offline model; the rest are memsearch's providers.
+EMBEDDING_PROVIDERS = (
+    "wordllama",
+    "openai",
+    "google",
+    "voyage",
+    "jina",
+    "mistral",
+    "ollama",
+    "local",
+    "onnx",
+)
+# Providers whose SDK needs a key (openai only at its own endpoint).
+KEYED_EMBEDDING_PROVIDERS = ("openai", "google", "voyage", "jina", "mistral")
+# \Z, not $: "$" also matches before a trailing newline ("alice\n" would pass).
+CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
+DEFAULT_MEMORY_DIR = "~/.localrouter/memory"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    provider: str = "wordllama"
+    model: str = ""
+    base_url: str = ""
+    api_key: str = ""  # already resolved from "env:VAR"
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    enabled: bool = False
+    llm_provider: str = "openai"
+    llm_model: str = ""
+    base_url: str = ""
+    api_key: str = ""  # already resolved from "env:VAR"
+    # Daily caps on LLM input tokens (UTC days; 0 = none). At a cap, compactions wait for
+    # the next day (state "deferred"). All clients together, and each client on its own.
+    max_input_tokens_per_day: int = 2_000_000
+    max_input_tokens_per_day_per_client: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class MilvusConfig:
+    uri: str = ""
+    token: str = ""  # already resolved from "env:VAR"
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """`[proxy]`: the OpenAI-compatible gateway; it runs when an upstream is named."""
+
+    listen: str = "127.0.0.1:8765"
+    upstream_base_url: str = ""
+    upstream_api_key: str = ""  # already resolved from "env:VAR"
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 600.0
+    max_tool_rounds: int = 4
+    allow_non_loopback: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.upstream_base_url)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) of `listen`, already validated by the loader."""
+        return parse_listen(self.listen)
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Bounds that keep one caller from stalling the others (docs/security.md).
+
+    Past them new work is refused with a `busy` error (retry later) instead of queued.
+    """
+
+    max_connections: int = 256  # socket connections served at once
+    max_buffered_mib: float = 256.0  # unfinished-line bytes held over all connections
+    recall_queue: int = 16  # recalls of one client waiting behind its two running ones
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        return int(self.max_buffered_mib * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    """How memd runs its children. zygote: fork them from one preloaded process
+    (memd.supervision.zygote); false spawns each one plainly. Read at start only."""
+
+    zygote: bool = True
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """How recall ranks and filters (defaults measured on LoCoMo's dev split, see
+    docs/quality.md): `bm25_weight` weighs BM25 (normalised to the query's best match)
+    against cosine similarity; results whose relevance is under `drop_below` are left out,
+    and when none reaches `min_score` recall answers "No relevant memories found."."""
+
+    bm25_weight: float = 0.7
+    min_score: float = 0.5
+    drop_below: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    memory_enabled: bool | None = None  # None: unset, which means disabled
+    mode: str = "both"
+    inject_recall: bool = True  # the proxy adds the recall tool to this client's requests
+
+    @property
+    def memory_on(self) -> bool:
+        """Memory runs only for an explicitly enabled client in a mode that can use it.
+
+        An enabled client in llm_only/mcp_only mode is accepted by the loader (one
+        misconfigured client must not take the daemon down) but never runs memory;
+        requests for it are refused with an `unsupported_mode` error.
+        """
+        return self.memory_enabled is True and self.mode in MEMORY_MODES
+
+
+@dataclass(frozen=True)
+class Config:
+    memory_dir: Path = field(default_factory=lambda: Path(DEFAULT_MEMORY_DIR).expanduser())
+    socket: Path = field(default_factory=lambda: Path("memd.sock"))
+    recall_tool_name: str = "MemoryRecall"
+    search_top_k: int = 5
+    session_inactivity_minutes: float = 180.0
+    max_session_minutes: float = 480.0
+    monitor_interval_seconds: float = 60.0
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    milvus: MilvusConfig = field(default_factory=MilvusConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
+    source: Path | None = None
+
+    def enabled_clients(self) -> dict[str, ClientConfig]:
+        """Clients whose memory actually runs (enabled and in a supported mode)."""
+        return {cid: c for cid, c in self.clients.items() if c.memory_on}
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:8765)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)

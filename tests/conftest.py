@@ -45,7 +45,9 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
 
 
 @pytest.fixture(scope="module")
-def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., DaemonProcess]]:
+def module_daemon(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., tuple[DaemonProcess, Path]]]:
     """One real daemon per test module and config, for cases that only send requests.
 
     Parametrized cases that each check one refusal do not need a daemon of their own:

@@ -13,9 +13,11 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -203,13 +205,17 @@ def test_scale_out_runs_no_index_server_and_passes_the_token_by_env(tmp_path: Pa
 def test_deep_memory_dirs_get_a_short_private_socket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    # A short runtime dir, as XDG_RUNTIME_DIR is (/run/user/<uid>): pytest's tmp_path is
+    # itself deep, and deeper still under xdist.
+    run = Path(tempfile.mkdtemp(prefix="memd-rt-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     deep = ClientLayout(tmp_path / ("d" * 60) / ("e" * 60), "alice")
     sock = indexing.index_socket_path(deep)
     assert len(os.fsencode(sock)) <= 107
-    assert sock.parent == tmp_path / "run" / f"memd-{os.getuid()}"
+    assert sock.parent == run / f"memd-{os.getuid()}"
     other = ClientLayout(tmp_path / ("d" * 60) / ("e" * 60), "bob")
     assert indexing.index_socket_path(other) != sock
+    shutil.rmtree(run)
     assert indexing.index_socket_path(deep) == sock  # stable across runs
 
 

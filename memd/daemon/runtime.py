@@ -141,7 +141,9 @@ class Runtime:
                     log.info("client.started", client=client_id)
                 else:
                     runtime.sessions.set_limits(
-                        new.session_inactivity_minutes, new.max_session_minutes
+                        new.session_inactivity_minutes,
+                        new.max_session_minutes,
+                        new.limits.index_exchange_chars,
                     )
             await self.pipelines.apply(new)
             self._applied.set()
@@ -154,6 +156,7 @@ class Runtime:
             layout,
             inactivity_minutes=config.session_inactivity_minutes,
             max_minutes=config.max_session_minutes,
+            index_exchange_chars=config.limits.index_exchange_chars,
             clock=self.clock,
             on_end=[self.compactor.on_end_hook(layout)],
             on_restore=[self._restore_hook(layout)],

@@ -206,6 +206,7 @@ def render(
     preamble: bool,
     join_open: bool,
     title: str = "",
+    index_chars: int | None = None,
 ) -> tuple[str, list[int], int]:
     """Markdown for new messages, one `##` exchange per user turn.
 
@@ -214,32 +215,36 @@ def render(
     conversation's leading system/developer prompts go under its header (exchange 0).
     With `join_open`, leading non-user messages (tool results, a continued reply) join
     the exchange written last, so one turn stays in one chunk. `title` (the conversation's
-    first user message) goes into every exchange heading.
+    first user message) goes into every exchange heading. `index_chars` bounds what of
+    each block is indexed (memd.markdown.overflow).
     """
     out: list[str] = []
     numbers: list[int] = []
     i = 0
+    lead: list[Part] = []
     while preamble and new[i].role in PREAMBLE_ROLES:  # the reply always ends it
-        out.append(parts_block(new[i].parts))
+        lead.extend(new[i].parts)
         numbers.append(0)
         i += 1
     while join_open and i < len(new) and new[i].role != "user":
-        out.append(parts_block(new[i].parts))
+        lead.extend(new[i].parts)
         numbers.append(exchanges)
         i += 1
+    if lead:
+        out.append(parts_block(lead, index_chars))
     group: list[Part] = []
     talked = False
     for message in new[i:]:
         if message.role == "user" and talked:
             exchanges += 1
-            out.append(exchange_block(exchanges, when, group, note, title))
+            out.append(exchange_block(exchanges, when, group, note, title, index_chars=index_chars))
             note, group, talked = "", [], False
         talked = talked or message.role in ("user", "assistant")
         group.extend(message.parts)
         numbers.append(exchanges + 1)
     if group:
         exchanges += 1
-        out.append(exchange_block(exchanges, when, group, note, title))
+        out.append(exchange_block(exchanges, when, group, note, title, index_chars=index_chars))
     return "".join(out), numbers, exchanges
 
 

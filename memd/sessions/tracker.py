@@ -98,6 +98,7 @@ class ClientSessions:
         on_resume: Sequence[Hook] = (),
         on_restore: Sequence[Hook] = (),
         index_capacity: int = chat.INDEX_CAPACITY,
+        index_exchange_chars: int | None = None,
     ) -> None:
         self.layout = layout
         self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
@@ -106,7 +107,7 @@ class ClientSessions:
         self.on_resume: list[Hook] = list(on_resume)
         self.on_restore: list[Hook] = list(on_restore)
         self._clock = clock
-        self.set_limits(inactivity_minutes, max_minutes)
+        self.set_limits(inactivity_minutes, max_minutes, index_exchange_chars)
         self._disk = StateStore(layout)
         self._committer = Committer(self._disk, self.client_id, self._hooks, self._after_failure)
         self._sessions: dict[str, _Session] = {}
@@ -152,12 +153,21 @@ class ClientSessions:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def set_limits(self, inactivity_minutes: float, max_minutes: float) -> None:
-        """New timeouts (config reload); they apply at the next check."""
+    def set_limits(
+        self,
+        inactivity_minutes: float,
+        max_minutes: float,
+        index_exchange_chars: int | None = None,
+    ) -> None:
+        """New timeouts and indexing bound (config reload); they apply at the next check
+        or write. `index_exchange_chars` (None: no bound) is memd.markdown.overflow's."""
         if not inactivity_minutes > 0 or not max_minutes > 0:
             raise ValueError("session limits must be positive minutes")
+        if index_exchange_chars is not None and index_exchange_chars < 1:
+            raise ValueError("index_exchange_chars must be positive (None: no bound)")
         self._inactivity = float(inactivity_minutes) * 60.0
         self._max = float(max_minutes) * 60.0
+        self._index_chars = index_exchange_chars
 
     # --- recording -----------------------------------------------------------------------
 
@@ -181,10 +191,10 @@ class ClientSessions:
             and len(user) + len(assistant) > OFFLOAD_CHARS
         ):
             parts, body = await asyncio.get_running_loop().run_in_executor(
-                self._hashing, _exchange_parts, user, assistant
+                self._hashing, _exchange_parts, user, assistant, self._index_chars
             )
         else:
-            parts, body = _exchange_parts(user, assistant)
+            parts, body = _exchange_parts(user, assistant, self._index_chars)
         when = chat.parse_timestamp(timestamp)
         digest = exchange_keys.digest(parts[0].text, parts[1].text) if key is not None else b""
         while True:
@@ -269,6 +279,7 @@ class ClientSessions:
             preamble=kind == "new",
             join_open=join_open,
             title=conv.title or "",
+            index_chars=self._index_chars,
         )
         op.nodes = self._index.add(hashes, k, numbers, conv.key)
         self._append(op, sess, conv, now, header + text)
@@ -649,14 +660,14 @@ def _probe_writable(folder: Path) -> None:
         os.unlink(name)
 
 
-def _exchange_parts(user: Any, assistant: Any) -> tuple[list[Part], str]:
+def _exchange_parts(user: Any, assistant: Any, index_chars: int | None) -> tuple[list[Part], str]:
     """The exchange's two parts, checked and cleaned, and their markdown (pure: may run
     in a thread before the call decides anything)."""
     parts = [
         Part("User", chat.require_text(user, "user")),
         Part("Assistant", chat.require_text(assistant, "assistant")),
     ]
-    return parts, transcript.parts_block(parts)
+    return parts, transcript.parts_block(parts, index_chars)
 
 
 def _title(text: str | None) -> str | None:

@@ -25,7 +25,7 @@ from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
 from memd.recall import RecallLane
-from memd.sessions import ClientSessions
+from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
 
@@ -169,10 +169,10 @@ class Runtime:
                     await self.compactor.submit(client_id, info["session_id"])
         return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
 
-    def _restore_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    def _restore_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
         """A resumed conversation needs its raw transcript back in sessions/ first."""
 
-        async def restore(info: dict[str, Any]) -> None:
+        async def restore(info: SessionInfo) -> None:
             await self.compactor.open_client(layout)
             await self.compactor.restore(info["client_id"], info["session_id"])
 

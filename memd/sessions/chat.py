@@ -197,6 +197,18 @@ class PrefixIndex:
         return rows
 
 
+@dataclass(frozen=True, slots=True)
+class RenderPlan:
+    """What `render` is asked for, decided before it runs (maybe in another thread)."""
+
+    new: Sequence[Message]
+    exchanges: int
+    when: datetime
+    note: str
+    preamble: bool
+    join_open: bool
+
+
 def render(
     new: Sequence[Message],
     exchanges: int,

@@ -1,9 +1,6 @@
 """One client's session state on disk: schema, group-commit writer, transcript appends, recovery.
 
-`Committer` (memd.sessions.committer) takes what record calls decided and writes it in one
-batch per round (group commit): everything queued while the previous batch was syncing
-goes next, and callers are answered only once their batch is on disk. Session events
-(end, resume) go to their hooks after the commit, in order, off the writer's path.
+The batches come from memd.sessions.committer (group commit).
 
 `StateStore` owns `<root>/.memd/state.sqlite3` (WAL, synchronous=FULL) and the open
 transcript files, and is used only from the client's one IO thread (`ClientSessions`
@@ -147,16 +144,7 @@ class Conv:
     title: str | None = None
 
     def row(self) -> tuple[Any, ...]:
-        return (
-            self.key,
-            self.kind,
-            self.external_id,
-            self.session_id,
-            self.number,
-            self.exchanges,
-            self.last_active,
-            self.title,
-        )
+        return tuple(getattr(self, name) for name in self.__slots__)  # _CONV_COLUMNS' order
 
 
 @dataclass

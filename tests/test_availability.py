@@ -238,12 +238,16 @@ def test_limits_are_validated(tmp_path: Path) -> None:
         {"max_connections": 0},
         {"max_buffered_mib": -1},
         {"recall_queue": -1},
+        {"index_exchange_kib": -1},
+        {"index_exchange_kib": 1.5},
         {"nope": 1},
     ):
         with pytest.raises(ConfigError, match="limits"):
             parse_config({"limits": bad})
     ok = parse_config({"limits": {"max_connections": 8}})
     assert ok.limits.max_connections == 8
+    assert ok.limits.index_exchange_chars == 64 * 1024  # the default
+    assert parse_config({"limits": {"index_exchange_kib": 0}}).limits.index_exchange_chars is None
 
 
 def test_a_client_closing_mid_reply_does_not_affect_others(capped: DaemonProcess) -> None:

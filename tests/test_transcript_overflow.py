@@ -93,3 +93,16 @@ def test_the_cut_falls_on_a_word_break() -> None:
     head = block.split("\n--- memd: ")[0]
     assert head.endswith("word ")
     assert len(head) <= len("**User:** ") + 4096
+
+
+def test_memsearchs_indexing_chunks_the_index_view_once_installed() -> None:
+    """The watcher and the daemon's catch-up both install it, so their chunk ids agree."""
+    import memsearch.core
+
+    from memd.indexing import chunking
+
+    chunking.install()
+    text = _file([Part("User", TRICKY), Part("Assistant", "Noted.")], 4096)
+    chunks = memsearch.core.chunk_markdown(text, source="s.md")
+    assert chunks == chunk_markdown(index_view(text), source="s.md")
+    assert not any("Morwenna" in c.content for c in chunks)

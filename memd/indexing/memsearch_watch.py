@@ -15,9 +15,8 @@ source is dropped (deleted) and the destination re-indexed (modified), each thro
 same debounce as every other event. Everything else is memsearch's own CLI. The patched
 names are private, which is why memsearch is pinned exactly.
 
-memd cuts a giant exchange for the index when it writes it (memd.markdown.overflow): the
-file keeps all of it, and the chunker here is given `index_view(text)`, where the part
-past the marker is blank lines, so chunks keep their true line numbers.
+memd cuts a giant exchange for the index when it writes it (memd.markdown.overflow):
+`chunking.install` makes memsearch chunk only what memd indexes of a transcript.
 
 memsearch computes its global config path (`~/.memsearch/config.toml`) from HOME when it
 is imported. A watcher forked from memd's zygote imported it there, under the zygote's
@@ -33,12 +32,11 @@ from typing import Any
 
 import memsearch.cli
 import memsearch.config
-import memsearch.core
 from memsearch import watcher
 from memsearch.cli import cli
 
 from memd import heap
-from memd.markdown import index_view
+from memd.indexing import chunking
 
 _serial = threading.Lock()
 _fire = watcher._MarkdownHandler._fire
@@ -60,19 +58,11 @@ def _on_moved(self: watcher._MarkdownHandler, event: Any) -> None:
         self._schedule("modified", dest)
 
 
-_chunk_markdown = memsearch.core.chunk_markdown
-
-
-def _chunk_indexed_part(text: str, *args: Any, **kwargs: Any) -> Any:
-    """memsearch's chunker over what memd indexes of a transcript (index_view)."""
-    return _chunk_markdown(index_view(text), *args, **kwargs)
-
-
 def patch() -> None:
     """Install the fixes and the indexing size policy into memsearch (idempotent)."""
     watcher._MarkdownHandler._fire = _fire_one_at_a_time
     watcher._MarkdownHandler.on_moved = _on_moved
-    memsearch.core.chunk_markdown = _chunk_indexed_part
+    chunking.install()
 
 
 def _follow_home() -> None:

@@ -17,7 +17,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -32,6 +32,9 @@ from memd.config import CompactionConfig
 from memd.errors import CompactionError
 from memd.layout import ClientLayout
 from memd.markdown import iso
+
+if TYPE_CHECKING:
+    from memd.sessions import SessionInfo  # sibling service: for types only
 
 log = structlog.get_logger()
 
@@ -161,10 +164,10 @@ class Compactor:
         client = self._clients.get(client_id)
         return client.guard.lock if client is not None else threading.Lock()
 
-    def on_end_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    def on_end_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
         """For ClientSessions(on_end=[...]): compact the session that ended, if enabled."""
 
-        async def on_end(info: dict[str, Any]) -> None:
+        async def on_end(info: SessionInfo) -> None:
             if self.config.enabled:
                 await self.open_client(layout)
                 await self.submit(layout.client_id, info["session_id"])

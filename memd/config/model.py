@@ -98,10 +98,17 @@ class LimitsConfig:
     max_connections: int = 256  # socket connections served at once
     max_buffered_mib: float = 256.0  # unfinished-line bytes held over all connections
     recall_queue: int = 16  # recalls of one client waiting behind its two running ones
+    # Indexed characters (KiB of 1,024) of one exchange; the rest is kept, not indexed
+    # (memd.markdown.overflow). 0: index everything.
+    index_exchange_kib: int = 64
 
     @property
     def max_buffered_bytes(self) -> int:
         return int(self.max_buffered_mib * 1024 * 1024)
+
+    @property
+    def index_exchange_chars(self) -> int | None:
+        return self.index_exchange_kib * 1024 if self.index_exchange_kib else None
 
 
 @dataclass(frozen=True)

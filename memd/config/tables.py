@@ -111,6 +111,8 @@ def _limits(parser: Parser, _data: Mapping[str, Any], limits: LimitsConfig) -> N
         raise parser.fail("limits.max_buffered_mib", "must be a positive, finite number")
     if limits.recall_queue < 0:
         raise parser.fail("limits.recall_queue", "must be 0 or more")
+    if limits.index_exchange_kib < 0:
+        raise parser.fail("limits.index_exchange_kib", "must be 0 (no bound) or more")
 
 
 def _loopback(host: str) -> bool:

@@ -25,7 +25,7 @@ from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
 from memd.recall import RecallLane
-from memd.sessions import ClientSessions
+from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
 
@@ -141,7 +141,9 @@ class Runtime:
                     log.info("client.started", client=client_id)
                 else:
                     runtime.sessions.set_limits(
-                        new.session_inactivity_minutes, new.max_session_minutes
+                        new.session_inactivity_minutes,
+                        new.max_session_minutes,
+                        new.limits.index_exchange_chars,
                     )
             await self.pipelines.apply(new)
             self._applied.set()
@@ -154,6 +156,7 @@ class Runtime:
             layout,
             inactivity_minutes=config.session_inactivity_minutes,
             max_minutes=config.max_session_minutes,
+            index_exchange_chars=config.limits.index_exchange_chars,
             clock=self.clock,
             on_end=[self.compactor.on_end_hook(layout)],
             on_restore=[self._restore_hook(layout)],
@@ -166,10 +169,10 @@ class Runtime:
                     await self.compactor.submit(client_id, info["session_id"])
         return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
 
-    def _restore_hook(self, layout: ClientLayout) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    def _restore_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
         """A resumed conversation needs its raw transcript back in sessions/ first."""
 
-        async def restore(info: dict[str, Any]) -> None:
+        async def restore(info: SessionInfo) -> None:
             await self.compactor.open_client(layout)
             await self.compactor.restore(info["client_id"], info["session_id"])
 

@@ -87,6 +87,9 @@ def catch_up(
 
     from memsearch.core import MemSearch
 
+    from memd.indexing import chunking
+
+    chunking.install()  # chunk as the watcher does (the indexing size policy)
     settings = settings or IndexSettings()
     files = [
         p

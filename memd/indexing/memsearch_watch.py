@@ -15,6 +15,9 @@ source is dropped (deleted) and the destination re-indexed (modified), each thro
 same debounce as every other event. Everything else is memsearch's own CLI. The patched
 names are private, which is why memsearch is pinned exactly.
 
+memd cuts a giant exchange for the index when it writes it (memd.markdown.overflow):
+`chunking.install` makes memsearch chunk only what memd indexes of a transcript.
+
 memsearch computes its global config path (`~/.memsearch/config.toml`) from HOME when it
 is imported. A watcher forked from memd's zygote imported it there, under the zygote's
 HOME; `main` points it at the watcher's own HOME (memd's empty per-client folder).
@@ -33,6 +36,7 @@ from memsearch import watcher
 from memsearch.cli import cli
 
 from memd import heap
+from memd.indexing import chunking
 
 _serial = threading.Lock()
 _fire = watcher._MarkdownHandler._fire
@@ -55,9 +59,10 @@ def _on_moved(self: watcher._MarkdownHandler, event: Any) -> None:
 
 
 def patch() -> None:
-    """Install both fixes into memsearch's watcher (idempotent)."""
+    """Install the fixes and the indexing size policy into memsearch (idempotent)."""
     watcher._MarkdownHandler._fire = _fire_one_at_a_time
     watcher._MarkdownHandler.on_moved = _on_moved
+    chunking.install()
 
 
 def _follow_home() -> None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         retitle,
     )
     from memd.markdown.lines import lines_of, read_lines
+    from memd.markdown.overflow import index_view
     from memd.markdown.summary import (
         parse_summary_title,
         read_front_matter,
@@ -56,6 +57,7 @@ __all__ = [
     "first_user_titles",
     "fsync_dir",
     "heading_time",
+    "index_view",
     "iso",
     "label",
     "lines_of",
@@ -88,6 +90,7 @@ __getattr__ = public_face(
             "retitle",
         ),
         "lines": ("lines_of", "read_lines"),
+        "overflow": ("index_view",),
         "summary": (
             "parse_summary_title",
             "read_front_matter",

@@ -23,14 +23,14 @@ from datetime import datetime
 from pathlib import Path
 
 from memd.markdown.transcript import (
-    _CONV_RE,
+    CONV_RE,
     TITLE_SEP,
     Part,
-    _parse_front_matter,
     conversation_title,
     fsync_dir,
     heading_time,
     parse_exchange_heading,
+    parse_front_matter,
     parse_transcript,
 )
 
@@ -60,7 +60,7 @@ class _Layout:
 
 
 def _scan(lines: list[str]) -> _Layout:
-    _, i = _parse_front_matter(lines)
+    _, i = parse_front_matter(lines)
     spans: list[Span] = []
     preambles: dict[int, list[tuple[int, int]]] = {}
     conv = 0
@@ -80,7 +80,7 @@ def _scan(lines: list[str]) -> _Layout:
 
     for j in range(i, len(lines)):
         line = lines[j]
-        if m := _CONV_RE.match(line):
+        if m := CONV_RE.match(line):
             close(j)
             conv = int(m.group(1))
             pre_start = j + 1

@@ -19,7 +19,8 @@ from typing import Any
 import structlog
 
 from memd.errors import StorageError
-from memd.sessions.store import Change, Event, Hook, StateStore
+from memd.sessions.events import EventKind, Hook, SessionEvent
+from memd.sessions.store import Change, StateStore
 
 log = structlog.get_logger()
 
@@ -27,9 +28,24 @@ log = structlog.get_logger()
 @dataclass
 class _Pending:
     change: Change
-    events: list[Event]
+    events: list[SessionEvent]
     future: asyncio.Future[None]
     hooks_done: asyncio.Future[None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _HooksDone:
+    """Every hook queued before this message has run: resolve the future."""
+
+    future: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """The hook runner's last message (close)."""
+
+
+_HookMessage = SessionEvent | _HooksDone | _Stop
 
 
 class Committer:
@@ -44,7 +60,7 @@ class Committer:
         self,
         store: StateStore,
         client_id: str,
-        hooks: Callable[[str], Sequence[Hook]],
+        hooks: Callable[[EventKind], Sequence[Hook]],
         on_failure: Callable[[Exception], Awaitable[None]],
     ) -> None:
         self.store = store
@@ -55,7 +71,7 @@ class Committer:
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self._closing = False
-        self._hook_queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._hook_queue: asyncio.Queue[_HookMessage] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -77,7 +93,7 @@ class Committer:
         self._closing = True
         self._wake.set()
         await self._tasks[0]
-        await self._hook_queue.put(("stop", None))
+        await self._hook_queue.put(_Stop())
         await self._tasks[1]
         await self.io(self.store.close)
         self._executor.shutdown()
@@ -87,13 +103,20 @@ class Committer:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def submit(
-        self, change: Change, events: list[Event], *, wait_hooks: bool = False
+        self, change: Change, events: list[SessionEvent], *, wait_hooks: bool = False
     ) -> None:
         """Queue a change and wait until it is on disk (and, with wait_hooks, its hooks ran).
 
         An empty change with wait_hooks is a barrier: everything queued before it is
         committed and every hook of it has run.
         """
+        await self.enqueue(change, events, wait_hooks=wait_hooks)
+
+    def enqueue(
+        self, change: Change, events: list[SessionEvent], *, wait_hooks: bool = False
+    ) -> Awaitable[None]:
+        """Queue a change now (changes commit in the order they are queued); the result
+        resolves as `submit` returns. Lets a caller queue under its lock and wait after."""
         if self._closing or self._executor is None:
             raise StorageError("session store is closed")
         loop = asyncio.get_running_loop()
@@ -102,9 +125,7 @@ class Committer:
         )
         self._queue.append(item)
         self._wake.set()
-        await asyncio.shield(item.future)
-        if item.hooks_done is not None:
-            await asyncio.shield(item.hooks_done)
+        return _settled(item)
 
     async def _writer(self) -> None:
         while True:
@@ -124,7 +145,7 @@ class Committer:
                 for event in item.events:
                     self._hook_queue.put_nowait(event)
                 if item.hooks_done is not None:
-                    self._hook_queue.put_nowait(("done", item.hooks_done))
+                    self._hook_queue.put_nowait(_HooksDone(item.hooks_done))
                 _resolve(item.future)
             if self._queue or self._closing:
                 self._wake.set()
@@ -150,22 +171,28 @@ class Committer:
     async def _hook_runner(self) -> None:
         """Runs hooks in event order; a failing hook is only logged."""
         while True:
-            kind, payload = await self._hook_queue.get()
-            if kind == "stop":
+            message = await self._hook_queue.get()
+            if isinstance(message, _Stop):
                 return
-            if kind == "done":
-                _resolve(payload)
+            if isinstance(message, _HooksDone):
+                _resolve(message.future)
                 continue
-            for hook in self._hooks(kind):
+            for hook in self._hooks(message.kind):
                 try:
-                    await maybe_await(hook(payload))
+                    await maybe_await(hook(message.info))
                 except Exception:
                     log.exception(
                         "session.hook_failed",
                         client=self.client_id,
-                        hook_event=kind,
+                        hook_event=message.kind,
                         hook=getattr(hook, "__qualname__", repr(hook)),
                     )
+
+
+async def _settled(item: _Pending) -> None:
+    await asyncio.shield(item.future)
+    if item.hooks_done is not None:
+        await asyncio.shield(item.hooks_done)
 
 
 async def maybe_await(result: Any) -> None:

@@ -1,9 +1,6 @@
 """One client's session state on disk: schema, group-commit writer, transcript appends, recovery.
 
-`Committer` takes what record calls decided on the event loop and writes it in one
-batch per round (group commit): everything queued while the previous batch was syncing
-goes next, and callers are answered only once their batch is on disk. Session events
-(end, resume) go to their hooks after the commit, in order, off the writer's path.
+The batches come from memd.sessions.committer (group commit).
 
 `StateStore` owns `<root>/.memd/state.sqlite3` (WAL, synchronous=FULL) and the open
 transcript files, and is used only from the client's one IO thread (`ClientSessions`
@@ -23,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,14 +32,13 @@ from memd.layout import ClientLayout
 from memd.markdown import transcript
 from memd.sessions import chat
 from memd.sessions.exchange_keys import KeyRow
+from memd.sessions.states import SessionState, check_transition
 from memd.sessions.titles import Titles
 
 log = structlog.get_logger()
 
 STATE_FILE = "state.sqlite3"
 CACHE_KIB = 256  # sqlite page cache per client state database (default 2,000)
-Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
-Event = tuple[str, dict[str, Any]]  # ("end" | "resume", session info)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -93,7 +89,7 @@ class Session:
     """One session row. `resumed` is set when an ended session was reopened (last time)."""
 
     session_id: str
-    state: str  # active | ended | compacted
+    state: SessionState  # changed only by move(), which checks the transition
     started: float
     last_activity: float
     ended: float | None = None
@@ -104,6 +100,16 @@ class Session:
     resumes: int = 0
     size: int = 0  # committed bytes (the store's business)
     tail: bytes | None = None
+
+    def __post_init__(self) -> None:
+        self.state = SessionState(self.state)  # a row read back holds the value (a str)
+
+    def move(self, new: SessionState) -> SessionState:
+        """Change state as memd.sessions.states allows; returns the old one."""
+        old = self.state
+        check_transition(self.session_id, old, new)
+        self.state = new
+        return old
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -138,16 +144,7 @@ class Conv:
     title: str | None = None
 
     def row(self) -> tuple[Any, ...]:
-        return (
-            self.key,
-            self.kind,
-            self.external_id,
-            self.session_id,
-            self.number,
-            self.exchanges,
-            self.last_active,
-            self.title,
-        )
+        return tuple(getattr(self, name) for name in self.__slots__)  # _CONV_COLUMNS' order
 
 
 @dataclass
@@ -268,7 +265,7 @@ class StateStore:
         """Make transcripts agree with the committed state after a crash (see module doc)."""
         known = {s.session_id for s in loaded.sessions}
         for s in loaded.sessions:
-            if s.state == "active":
+            if s.state == SessionState.ACTIVE:
                 outcome = transcript.reconcile(
                     self.layout.session_file(s.session_id), s.size, s.tail
                 )
@@ -304,10 +301,10 @@ class StateStore:
         live = self.layout.session_file(s.session_id).exists()
         archived = self.layout.archive_file(s.session_id).exists()
         state = s.state
-        if s.state == "compacted" and live and not archived:
-            state = "ended"
-        elif s.state == "ended" and archived and not live:
-            state = "compacted"
+        if s.state == SessionState.COMPACTED and live and not archived:
+            state = SessionState.ENDED
+        elif s.state == SessionState.ENDED and archived and not live:
+            state = SessionState.COMPACTED
         if state != s.state:
             assert self.db is not None
             self.db.execute(
@@ -319,7 +316,7 @@ class StateStore:
                 session=s.session_id,
                 **{"from": s.state, "to": state},
             )
-            s.state = state
+            s.move(state)
 
     def commit(self, batch: Sequence[Change]) -> None:
         """Reopen resumed sessions, append each transcript's share (one write + fsync), commit."""

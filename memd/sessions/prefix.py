@@ -1,0 +1,166 @@
+"""The prefix index: every recorded message prefix of a client's chats, by chained hash.
+
+The chained hash of the first k messages is `h_k = blake2b(h_{k-1} || key_k)`, so one
+16-byte value names a whole prefix and prefix lookup is a dict hit (PrefixIndex).
+Computing the chain is O(total bytes of the request): it reads every message once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from memd.sessions.messages import Message
+
+PREAMBLE_ROLES = frozenset({"system", "developer"})
+_ROOT = b"\0" * 16
+
+
+def chain(prev: bytes, message: Message) -> bytes:
+    h = hashlib.blake2b(prev, digest_size=16)
+    h.update(message.key)
+    return h.digest()
+
+
+def chained_hashes(messages: Sequence[Message]) -> list[bytes]:
+    """h_1..h_n for the prefixes of `messages`; O(n) blake2b calls over the canonical keys."""
+    out: list[bytes] = []
+    prev = _ROOT
+    for message in messages:
+        prev = chain(prev, message)
+        out.append(prev)
+    return out
+
+
+Node = tuple[bytes, int, int, bytes | None]  # hash, conversation, exchange, parent hash
+INDEX_CAPACITY = 2_000  # nodes a client keeps in memory when a store backs the index
+
+
+class NodeStore(Protocol):
+    """The committed nodes: what PrefixIndex asks about a hash it no longer holds."""
+
+    def node(self, h: bytes) -> tuple[int, int] | None: ...
+
+    def has_children(self, h: bytes) -> bool: ...
+
+
+class PrefixIndex:
+    """Every recorded message prefix, by chained hash -> (conversation, exchange written in).
+
+    For a request m_1..m_n plus reply r, the longest recorded prefix k decides (k must
+    reach past the leading system/developer messages, else any two chats that share a
+    system prompt would merge):
+
+    - no such k: `new` conversation; everything is written.
+    - k = n and h(m_1..m_n, r) recorded: `duplicate` (a retried call); nothing is written.
+    - node k is a leaf: `continuation`; m_{k+1}..m_n and r are written.
+    - k = n, node k has children: `regenerated` (the same request again); only r is
+      written, marked as a regenerated reply to the exchange of m_n.
+    - k < n, node k has children: `edited` (the user edited or went back to an earlier
+      message; `branch` when m_{k+1} is not a user message). The new messages go into
+      the same conversation, marked as branching after the exchange of m_k.
+    - a changed system prompt shares no prefix: `new`.
+
+    Two chats that open with the same request cannot be told from a regenerate by a
+    stateless API: they share one conversation, each continuing from its own leaf, and
+    nothing is written twice. A node belongs to the conversation that wrote it last; only
+    preamble nodes, which never match on their own, are ever written by two.
+
+    Cost per request: at most n - p probes (two for a usual continuation) and O(new
+    messages) to add; nothing per stored message. Memory: ~200 bytes per node kept.
+
+    With a `store` (the committed nodes on disk), memory holds only the `capacity` nodes
+    used last: a miss asks the store, and a hit there is kept again. Without one, every
+    node stays in memory. Evicted nodes are long committed (capacity >> calls in flight),
+    so memory and store together always know every node; a failed commit reloads both.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[Node] = (),
+        *,
+        store: NodeStore | None = None,
+        capacity: int = INDEX_CAPACITY,
+    ) -> None:
+        self._nodes: dict[bytes, tuple[int, int]] = {}  # oldest use first
+        self._parents: dict[bytes, None] = {}  # hashes with children, oldest use first
+        self._store = store
+        self._capacity = max(1, capacity) if store is not None else None
+        for h, conv, exchange, parent in nodes:
+            self._keep(h, (conv, exchange))
+            if parent is not None:
+                self._keep_parent(parent)
+
+    def __len__(self) -> int:
+        """Nodes held in memory (not those only the store has)."""
+        return len(self._nodes)
+
+    def _get(self, h: bytes) -> tuple[int, int] | None:
+        hit = self._nodes.get(h)
+        if hit is None and self._store is not None:
+            hit = self._store.node(h)
+            if hit is not None:
+                self._keep(h, hit)
+        return hit
+
+    def _has_children(self, h: bytes) -> bool:
+        if h in self._parents:
+            return True
+        if self._store is not None and self._store.has_children(h):
+            self._keep_parent(h)
+            return True
+        return False
+
+    def _keep(self, h: bytes, value: tuple[int, int]) -> None:
+        self._nodes.pop(h, None)  # re-insert: the most recently used come last
+        self._nodes[h] = value
+        if self._capacity is not None and len(self._nodes) > self._capacity:
+            del self._nodes[next(iter(self._nodes))]
+
+    def _keep_parent(self, h: bytes) -> None:
+        self._parents.pop(h, None)
+        self._parents[h] = None
+        if self._capacity is not None and len(self._parents) > self._capacity:
+            del self._parents[next(iter(self._parents))]
+
+    def classify(
+        self, msgs: Sequence[Message], hashes: Sequence[bytes]
+    ) -> tuple[int, str, int | None, int]:
+        """(k, kind, conversation key, exchange of node k) for `prepare`'s output."""
+        n = len(msgs)
+        for k in range(n, preamble_length(msgs), -1):
+            hit = self._get(hashes[k - 1])
+            if hit is None:
+                continue
+            conv, ref = hit
+            if k == n and self._get(hashes[n]) is not None:
+                return k, "duplicate", conv, ref
+            if not self._has_children(hashes[k - 1]):
+                return k, "continuation", conv, ref
+            if k == n:
+                return k, ("branch" if msgs[-1].role == "assistant" else "regenerated"), conv, ref
+            return k, ("edited" if msgs[k].role == "user" else "branch"), conv, ref
+        return 0, "new", None, 0
+
+    def add(
+        self, hashes: Sequence[bytes], k: int, exchanges: Sequence[int], conv: int
+    ) -> list[Node]:
+        """Index hashes[k:] (the new messages and the reply) under `conv`; rows to persist."""
+        parent = hashes[k - 1] if k else None
+        rows: list[Node] = []
+        for h, exchange in zip(hashes[k:], exchanges, strict=True):
+            rows.append((h, conv, exchange, parent))
+            self._keep(h, (conv, exchange))
+            if parent is not None:
+                self._keep_parent(parent)
+            parent = h
+        return rows
+
+
+def preamble_length(messages: Sequence[Message]) -> int:
+    """How many leading messages are system/developer prompts."""
+    n = 0
+    while n < len(messages) and messages[n].role in PREAMBLE_ROLES:
+        n += 1
+    return n

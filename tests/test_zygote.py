@@ -236,9 +236,10 @@ def test_commands_the_zygote_did_not_preload_are_spawned_plainly(rig: Rig) -> No
         argv=(
             PY,
             "-c",
-            "import os, sys, pathlib; "
-            "pathlib.Path(sys.argv[1]).write_text('{}'); "
-            "import time; time.sleep(600)",
+            "import os, sys, pathlib, time; "
+            "out = pathlib.Path(sys.argv[1]); tmp = out.with_suffix('.tmp'); "
+            "tmp.write_text('{}'); os.replace(tmp, out); "  # ready means written
+            "time.sleep(600)",
             str(out),
         ),
     )
@@ -263,9 +264,10 @@ def test_orphaned_zombies_of_a_childs_tree_are_reaped(rig: Rig) -> None:
         argv=(
             PY,
             "-c",
-            "import subprocess, sys, pathlib, time; "
+            "import os, subprocess, sys, pathlib, time; "
             "p = subprocess.Popen([sys.executable, '-c', 'pass']); "
-            "pathlib.Path(sys.argv[1]).write_text(str(p.pid)); "
+            "out = pathlib.Path(sys.argv[1]); tmp = out.with_suffix('.tmp'); "
+            "tmp.write_text(str(p.pid)); os.replace(tmp, out); "  # ready means written
             "time.sleep(600)",
             str(rig.tmp / "parent.json"),
         ),

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from memd.config import Config, parse_config
 from memd.indexing.embed_server import EmbeddingServer
 from memd.indexing.index_server import index_ready
+from memd.indexing.maintenance import watcher_ready
 from memd.indexing.search import IndexSearcher, IndexUnavailableError
 from memd.indexing.settings import (
     Command,
@@ -149,7 +150,11 @@ class ClientIndex:
         """Until the watcher has done its initial scan and watches `sessions/`."""
         assert self.watcher is not None
         deadline = time.monotonic() + timeout
-        while "Watching" not in self.watcher.log():
+        # The log line comes before memsearch's observer starts (see watcher_ready): a
+        # file written in between would not be indexed, so wait for the inotify watch too.
+        while "Watching" not in self.watcher.log() or not watcher_ready(
+            self.watcher.proc.pid, self.layout.sessions
+        ):
             if not self.watcher.alive():
                 raise RuntimeError(f"watcher died:\n{self.watcher.log()}")
             if time.monotonic() > deadline:

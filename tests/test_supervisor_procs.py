@@ -19,13 +19,8 @@ import psutil
 import pytest
 
 from memd.supervision.child import ChildSpec
-from memd.supervision.procs import (
-    PopenSpawner,
-    cmdline_matches,
-    reap_leftovers,
-    redact_argv,
-    rotate_log,
-)
+from memd.supervision.childlogs import redact_argv, rotate_log
+from memd.supervision.procs import PopenSpawner, cmdline_matches, reap_leftovers
 from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
 

@@ -67,6 +67,7 @@ def cpu_by_kind(pid: int) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for proc in tree(pid):
         out[kind_of(proc)] += cpu_seconds([proc])
+    out["total"] = sum(out.values())
     return dict(out)
 
 

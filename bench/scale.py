@@ -24,6 +24,7 @@ import os
 import signal
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
@@ -90,32 +91,38 @@ def recall_finds(memd: Any, client: str, query: str, needle: str) -> bool:
 
 def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float, float]:
     """Seconds from kill -9 of the watcher until its replacement is RUNNING, and until an
-    exchange recorded right after the kill is recallable."""
+    exchange recorded right after the kill is recallable. Each is polled in its own thread:
+    a recall can take a second under load, and must not delay seeing the RUNNING."""
     old = memd.call("daemon.status")["clients"][client]["watcher"]["pid"]
     killed = time.monotonic()
     os.kill(old, signal.SIGKILL)
-    memd.call(
-        "memory.record_exchange",
-        {
-            "client_id": client,
-            "conversation_id": "kill",
-            "user": "Where is the spare key of the boathouse?",
-            "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
-        },
-    )
-    running = found = None
-    while time.monotonic() - killed < timeout and (running is None or found is None):
-        if running is None:
-            w = memd.call("daemon.status")["clients"][client]["watcher"]
-            if w["pid"] not in (None, old) and w["state"] == "RUNNING":
-                running = time.monotonic() - killed
-        if found is None and recall_finds(memd, client, "spare key boathouse", "Osprey-41"):
-            found = time.monotonic() - killed
-        time.sleep(0.05)
-    return (
-        running if running is not None else float("nan"),
-        found if found is not None else float("nan"),
-    )
+
+    def replaced() -> bool:
+        w = memd.call("daemon.status")["clients"][client]["watcher"]
+        return w["pid"] not in (None, old) and w["state"] == "RUNNING"
+
+    def until(predicate: Any) -> float:
+        while time.monotonic() - killed < timeout:
+            if predicate():
+                return time.monotonic() - killed
+            time.sleep(0.02)
+        return float("nan")
+
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(until, replaced)
+        memd.call(
+            "memory.record_exchange",
+            {
+                "client_id": client,
+                "conversation_id": "kill",
+                "user": "Where is the spare key of the boathouse?",
+                "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
+            },
+        )
+        found = pool.submit(
+            until, lambda: recall_finds(memd, client, "spare key boathouse", "Osprey-41")
+        )
+        return running.result(), found.result()
 
 
 def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:

@@ -221,17 +221,23 @@ def descendants(pid: int) -> list[int]:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write-then-rename, without fsync: a pidfile only has to outlive memd, not the
-    machine (after a power loss no child is left to reap), and an fsync per spawn cost
-    5-20 ms of the event loop on a busy disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, text.encode())
+        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def _forget(path: Path) -> None:
+    """Remove a pidfile; a read-only or broken disk must not stop memd from starting."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("pidfile.not_removed", path=str(path), error=str(exc))
 
 
 def read_pidfile(path: Path) -> dict[str, Any] | None:
@@ -359,7 +365,7 @@ def reap_leftovers(
         proc = _recorded_process(record) if record is not None else None
         if record is None or proc is None:
             log.info("child.stale_pidfile_removed", path=str(path), pid=(record or {}).get("pid"))
-            path.unlink(missing_ok=True)
+            _forget(path)
             continue
         sig = int(record.get("stop_signal", signal.SIGTERM))
         if sig not in STOP_SIGNALS:
@@ -375,7 +381,7 @@ def reap_leftovers(
     for proc in _wait_gone(alive, timeout):
         log.error("child.leftover_survived", pid=proc.pid)
     for path, _, _ in found:
-        path.unlink(missing_ok=True)
+        _forget(path)
     return [proc.pid for _, proc, _ in found]
 
 

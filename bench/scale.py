@@ -10,7 +10,9 @@ real work, then measure for memd, the zygote, the index servers and the watchers
 - RSS, PSS and USS from /proc/<pid>/smaps_rollup (PSS splits shared pages between the
   processes that map them, so a sum of PSS is what they cost together; USS is what each
   process alone holds);
-- the CPU each kind uses over an idle window;
+- the CPU each kind uses over an idle window, and the CPU seconds it had used by the time
+  all were RUNNING (start-up is CPU-bound on a busy 2-core box: this says how much work
+  the wait was);
 - kill -9 of one watcher: until its replacement is RUNNING, and until an exchange recorded
   right after the kill is found by recall.
 """
@@ -22,11 +24,12 @@ import os
 import signal
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
 from _daemon import machine, running_daemon
-from _procs import KINDS, idle_cpu_by_kind, kind_of, tree
+from _procs import KINDS, cpu_seconds, idle_cpu_by_kind, kind_of, tree
 
 from memd.cli.client import RemoteError
 
@@ -60,6 +63,15 @@ def memory_by_kind(pid: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def cpu_by_kind(pid: int) -> dict[str, float]:
+    """CPU seconds each kind of process has used since it started (start-up cost)."""
+    out: dict[str, float] = defaultdict(float)
+    for proc in tree(pid):
+        out[kind_of(proc)] += cpu_seconds([proc])
+    out["total"] = sum(out.values())
+    return dict(out)
+
+
 def all_running(status: dict[str, Any], n: int) -> bool:
     clients = status["clients"]
     return len(clients) == n and all(
@@ -79,32 +91,38 @@ def recall_finds(memd: Any, client: str, query: str, needle: str) -> bool:
 
 def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float, float]:
     """Seconds from kill -9 of the watcher until its replacement is RUNNING, and until an
-    exchange recorded right after the kill is recallable."""
+    exchange recorded right after the kill is recallable. Each is polled in its own thread:
+    a recall can take a second under load, and must not delay seeing the RUNNING."""
     old = memd.call("daemon.status")["clients"][client]["watcher"]["pid"]
     killed = time.monotonic()
     os.kill(old, signal.SIGKILL)
-    memd.call(
-        "memory.record_exchange",
-        {
-            "client_id": client,
-            "conversation_id": "kill",
-            "user": "Where is the spare key of the boathouse?",
-            "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
-        },
-    )
-    running = found = None
-    while time.monotonic() - killed < timeout and (running is None or found is None):
-        if running is None:
-            w = memd.call("daemon.status")["clients"][client]["watcher"]
-            if w["pid"] not in (None, old) and w["state"] == "RUNNING":
-                running = time.monotonic() - killed
-        if found is None and recall_finds(memd, client, "spare key boathouse", "Osprey-41"):
-            found = time.monotonic() - killed
-        time.sleep(0.05)
-    return (
-        running if running is not None else float("nan"),
-        found if found is not None else float("nan"),
-    )
+
+    def replaced() -> bool:
+        w = memd.call("daemon.status")["clients"][client]["watcher"]
+        return w["pid"] not in (None, old) and w["state"] == "RUNNING"
+
+    def until(predicate: Any) -> float:
+        while time.monotonic() - killed < timeout:
+            if predicate():
+                return time.monotonic() - killed
+            time.sleep(0.02)
+        return float("nan")
+
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(until, replaced)
+        memd.call(
+            "memory.record_exchange",
+            {
+                "client_id": client,
+                "conversation_id": "kill",
+                "user": "Where is the spare key of the boathouse?",
+                "assistant": "The spare boathouse key hangs behind the tide chart, tag Osprey-41.",
+            },
+        )
+        found = pool.submit(
+            until, lambda: recall_finds(memd, client, "spare key boathouse", "Osprey-41")
+        )
+        return running.result(), found.result()
 
 
 def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
@@ -115,6 +133,7 @@ def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
         while not all_running(memd.call("daemon.status"), n):
             time.sleep(0.1)
         ready = time.monotonic() - started
+        start_cpu = cpu_by_kind(memd.proc.pid)
         for cid in clients:
             memd.call(
                 "memory.record_exchange",
@@ -130,6 +149,7 @@ def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
         "zygote": zygote,
         "answered_s": answered,
         "ready_s": ready,
+        "start_cpu": start_cpu,
         "mem": mem,
         "cpu": cpu,
         "restart_s": restart,
@@ -149,7 +169,7 @@ def report(r: dict[str, Any]) -> None:
     )
     print(
         f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "
-        f"{'PSS/proc':>9} {'idle CPU %':>10}"
+        f"{'PSS/proc':>9} {'idle CPU %':>10} {'start CPU s':>11}"
     )
     for kind in (*KINDS, "other", "total"):
         m = mem.get(kind)
@@ -158,7 +178,8 @@ def report(r: dict[str, Any]) -> None:
         count = int(m["n"])
         print(
             f"  {kind:<13} {count:>3} {m['rss']:>8.0f} {m['pss']:>8.0f} {m['uss']:>8.0f} "
-            f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f}"
+            f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f} "
+            f"{r['start_cpu'].get(kind, 0.0):>11.1f}"
         )
     children = mem["total"]["pss"] - mem.get("memd", {}).get("pss", 0.0)
     print(

@@ -275,6 +275,47 @@ def test_healthy_run_of_reset_after_resets_the_backoff(
     assert child.next_start_at == pytest.approx(running_since + ran_for + expected_delay)
 
 
+def test_restart_at_once_after_a_healthy_run_then_the_backoff_resumes() -> None:
+    """The first exit after RUNNING restarts in the same tick; the next one waits
+    backoff_start and doubles; a run of reset_after re-arms the immediate restart, and a
+    fast failure disarms it."""
+    child, spawner = make_child(restart_at_once=True, startsecs=0.0, reset_after=60.0)
+    child.start(0.0)
+    child.step(0.0)
+    assert child.state == S.RUNNING
+    spawner.procs[-1].exit(-9)
+    child.step(100.0)
+    assert child.state == S.STARTING and len(spawner.procs) == 2, "not restarted at once"
+    child.step(100.0)
+    spawner.procs[-1].exit(1)
+    child.step(101.0)
+    assert child.state == S.EXITED and child.next_start_at == pytest.approx(102.0)
+    child.step(102.0)
+    child.step(102.0)
+    spawner.procs[-1].exit(1)
+    child.step(103.0)
+    assert child.next_start_at == pytest.approx(105.0), "the doubling goes on"
+    child.step(105.0)
+    child.step(105.0)
+    child.step(165.0)  # up reset_after seconds: re-armed
+    spawner.procs[-1].exit(1)
+    child.step(166.0)
+    assert child.state == S.STARTING and len(spawner.procs) == 5
+    spawner.procs[-1].exit(1)  # a fast failure: BACKOFF, and no immediate restart after
+    child.step(166.0)
+    assert child.state == S.BACKOFF and not child.at_once
+    assert child.next_start_at == pytest.approx(167.0)
+
+
+def test_without_restart_at_once_an_exit_waits_backoff_start() -> None:
+    child, spawner = make_child(startsecs=0.0)
+    child.start(0.0)
+    child.step(0.0)
+    spawner.procs[-1].exit(-9)
+    child.step(100.0)
+    assert child.state == S.EXITED and child.next_start_at == pytest.approx(101.0)
+
+
 def test_exits_after_running_restart_forever_and_never_go_fatal() -> None:
     child, spawner = make_child(startretries=0, backoff_cap=4.0)
     child.start(0.0)
@@ -557,6 +598,40 @@ def test_run_loop_ticks_until_shutdown() -> None:
 
     asyncio.run(scenario())
     assert sup.child("w").state == S.STOPPED
+
+
+def test_idle_run_loop_wakes_on_a_child_exit_and_on_start() -> None:
+    """Real processes, real pidfds: with a long idle tick, an exit is seen at once."""
+    import subprocess
+    import sys
+    import time
+
+    from memd.supervision.procs import PopenSpawner
+
+    sup = Supervisor(spawner=PopenSpawner(), tick=0.05, poll=0.05, idle_tick=3600.0)
+    sleeper = (sys.executable, "-c", "import time; time.sleep(60)")
+    sup.add(ChildSpec(name="w", argv=sleeper, startsecs=0.0, restart_at_once=True))
+
+    async def until(predicate: object, bound: float = 30.0) -> None:
+        deadline = time.monotonic() + bound
+        while not predicate():  # type: ignore[operator]
+            assert time.monotonic() < deadline, "not within the bound"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> None:
+        runner = asyncio.create_task(sup.run())
+        await until(lambda: sup.is_ready("w"))
+        first = sup.child("w").proc
+        assert first is not None
+        subprocess.run(["kill", "-9", str(first.pid)], check=True)
+        await until(lambda: sup.is_ready("w") and sup.child("w").proc is not first)
+        sup.add(ChildSpec(name="v", argv=sleeper, startsecs=0.0))
+        await until(lambda: sup.is_ready("v"))
+        assert await sup.shutdown(timeout=10.0)
+        await asyncio.wait_for(runner, timeout=5.0)
+
+    asyncio.run(scenario())
+    assert sup.child("w").status(0.0).restarts == 1
 
 
 def test_reset_remove_replace_and_status() -> None:

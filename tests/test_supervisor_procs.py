@@ -10,24 +10,20 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
 import pytest
 
+from memd.indexing import watcher_ready
 from memd.supervision.child import ChildSpec
-from memd.supervision.procs import (
-    PopenSpawner,
-    cmdline_matches,
-    reap_leftovers,
-    redact_argv,
-    rotate_log,
-)
+from memd.supervision.childlogs import redact_argv, rotate_log
+from memd.supervision.procs import PopenSpawner, cmdline_matches, reap_leftovers
 from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
+from tests.support.processes import gone, wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
 
@@ -57,29 +53,6 @@ try:
 except KeyboardInterrupt:
     out.joinpath("clean").write_text("cleaned up")
 """
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout: float = 20.0, sup: Supervisor | None = None
-) -> None:
-    """Poll (ticking the supervisor) until predicate holds; a bound, not a speed check."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if sup is not None:
-            sup.step()
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    """Dead, or a zombie (this container's pid 1 may not reap orphans)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def kill_recorded(marker: Path) -> None:
@@ -454,6 +427,11 @@ class _EmbeddingStub(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
 
+def watching(sup: Supervisor, name: str, sessions: Path) -> bool:
+    proc = sup.child(name).proc
+    return proc is not None and watcher_ready(proc.pid, sessions)
+
+
 @pytest.mark.slow
 def test_real_memsearch_watch_stops_cleanly_on_sigint(
     tmp_path: Path,
@@ -488,7 +466,11 @@ def test_real_memsearch_watch_stops_cleanly_on_sigint(
                 str(tmp_path / "milvus.db"),
             ),
             env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", os.defpath)},
-            ready=lambda: "Watching" in log.read_text(),
+            # Not its "Watching" line: that comes before watchdog's observer starts, and a
+            # SIGINT landing in Observer.start() left daemon threads mid-setup at exit
+            # (the likely cause of this test's rare failures). memd's own probe: the
+            # inotify watch on sessions/, once the observer really runs.
+            ready=lambda: watching(supervisor, "watch", sessions),
         )
     )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -13,8 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -25,6 +24,7 @@ from memd.supervision.procs import reap_leftovers
 from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
+from tests.support.processes import gone, wait_until
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the zygote needs PR_SET_CHILD_SUBREAPER"
@@ -34,28 +34,6 @@ PY = sys.executable
 S = ProcessStates
 TARGET = "tests.support.zygote_target"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout: float = 30.0, sup: Supervisor | None = None
-) -> None:
-    """Poll (ticking the supervisor) until predicate holds; a bound, not a speed check."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if sup is not None:
-            sup.step()
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 class Rig:

@@ -114,8 +114,8 @@ class Runtime:
         """Open added clients, close removed ones, update limits on the rest."""
         async with self._lock:
             if not self._started:
+                await self.pipelines.start(new)  # first: the zygote imports meanwhile
                 await self.compactor.start()
-                await self.pipelines.start(new)
                 self._started = True
             wanted = new.enabled_clients()
             for client_id in sorted(set(self.clients) - set(wanted)):

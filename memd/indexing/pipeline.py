@@ -11,6 +11,7 @@ changed, and starts them again; anything else leaves running children alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import os
@@ -38,6 +39,8 @@ log = structlog.get_logger()
 
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
+IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
+CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
 
 # What the zygote forks, and what it imports first: everything a watcher and an index
 # server import at start, and what they import lazily soon after (memsearch's openai
@@ -109,7 +112,9 @@ class Pipelines:
         self.spawner: ZygoteSpawner | None = None
         if supervisor is None:
             self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
-            supervisor = Supervisor(spawner=self.spawner, spawn_budget=SPAWN_BUDGET)
+            supervisor = Supervisor(
+                spawner=self.spawner, spawn_budget=SPAWN_BUDGET, idle_tick=IDLE_TICK
+            )
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
@@ -128,6 +133,11 @@ class Pipelines:
         and only children memd starts for that client are stopped (see `_started_by_memd`):
         a pidfile is readable data anyone could have written.
         """
+        await self._reap_zygote(config.memory_dir)
+        if self.spawner is not None:
+            # first, so it imports while the rest starts; on the loop: spawns happen there
+            self._start_zygote(config.memory_dir, config.supervision.zygote)
+            self.supervisor.step()
         for client_id in sorted(config.clients):
             layout = ClientLayout(config.memory_dir, client_id)
             try:
@@ -142,10 +152,6 @@ class Pipelines:
             reaped = await asyncio.to_thread(reap_leftovers, layout.state_dir, expected=expected)
             if reaped:
                 log.warning("pipeline.reaped_leftovers", dir=str(layout.state_dir), pids=reaped)
-        await self._reap_zygote(config.memory_dir)
-        if self.spawner is not None:
-            # on the loop: spawns happen there
-            self._start_zygote(config.memory_dir, config.supervision.zygote)
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
@@ -235,47 +241,14 @@ class Pipelines:
         if rebuilt:
             log.info("pipeline.index_rebuilt", client=client_id)
         children: list[str] = []
-        requires: tuple[str, ...] = ()
         server = settings.index_server_command(config, layout)
         if server is not None:
             sock = settings.index_socket_path(layout)
-            name = f"{client_id}/index"
-            self.supervisor.add(
-                ChildSpec(
-                    name=name,
-                    argv=server.argv,
-                    env=dict(server.env),
-                    cwd=server.cwd,
-                    log_path=layout.logs_dir / "index.log",
-                    pidfile=layout.state_dir / "index.pid",
-                    startsecs=0.5,
-                    stop_signal=signal.SIGINT,
-                    stop_timeout=10.0,
-                    ready=functools.partial(index_ready, sock, timeout=0.2),
-                ),
-                prefers=self._prefers(),
-            )
-            children.append(name)
-            requires = (name,)
+            serving = functools.partial(index_ready, sock, timeout=0.2)
+            children.append(self._add_child(layout, "index", server, serving, requires=()))
         watcher = settings.watcher_command(config, layout, endpoint)
-        name = f"{client_id}/watch"
-        self.supervisor.add(
-            ChildSpec(
-                name=name,
-                argv=watcher.argv,
-                env=dict(watcher.env),
-                cwd=watcher.cwd,
-                log_path=layout.logs_dir / "watch.log",
-                pidfile=layout.state_dir / "watch.pid",
-                startsecs=1.0,
-                stop_signal=signal.SIGINT,
-                stop_timeout=10.0,
-                ready=self._watching(name, layout.sessions),
-            ),
-            requires=requires,
-            prefers=self._prefers(),
-        )
-        children.append(name)
+        watching = self._watching(f"{client_id}/watch", layout.sessions)
+        children.append(self._add_child(layout, "watch", watcher, watching, children[:1]))
         target = settings.index_target(config, layout)
         searcher = IndexSearcher(target, config.embedding, root=layout.root, embedder=self.embedder)
         self._pipelines[client_id] = _Pipeline(
@@ -289,6 +262,39 @@ class Pipelines:
         )
         log.info("pipeline.started", client=client_id, children=children)
 
+    def _add_child(
+        self,
+        layout: ClientLayout,
+        kind: str,
+        command: settings.Command,
+        ready: Callable[[], bool],
+        requires: Sequence[str],
+    ) -> str:
+        """Supervise one of the client's children (`index` or `watch`); returns its name.
+
+        RUNNING comes with readiness (the index server's socket answers, the watcher holds
+        its inotify watch), so no fixed startsecs; the first exit after a healthy run is
+        restarted at once (see memd.supervision.child)."""
+        name = f"{layout.client_id}/{kind}"
+        self.supervisor.add(
+            ChildSpec(
+                name=name,
+                argv=command.argv,
+                env=dict(command.env),
+                cwd=command.cwd,
+                log_path=layout.logs_dir / f"{kind}.log",
+                pidfile=layout.state_dir / f"{kind}.pid",
+                startsecs=0.0,
+                stop_signal=signal.SIGINT,
+                stop_timeout=10.0,
+                ready=ready,
+                restart_at_once=True,
+            ),
+            requires=requires,
+            prefers=self._prefers(),
+        )
+        return name
+
     def _watching(self, name: str, sessions: Path) -> Callable[[], bool]:
         """Ready once memsearch really watches sessions/ (its log line comes too early)."""
 
@@ -298,7 +304,7 @@ class Pipelines:
 
         return ready
 
-    async def _catch_up_loop(self, interval: float = 0.5) -> None:
+    async def _catch_up_loop(self, interval: float = CATCH_UP_EVERY) -> None:
         """After any (re)start of a client's children, index what they may have missed.
 
         memsearch's watcher skips files written between its initial scan and the start of
@@ -307,12 +313,22 @@ class Pipelines:
         with the watcher's own settings (unchanged chunks are not embedded twice).
         """
         while True:
-            await asyncio.sleep(interval)
+            await self._state_changed(interval)
             for client_id, pipeline in list(self._pipelines.items()):
                 try:
                     await self._catch_up(client_id, pipeline)
                 except Exception:
                     log.exception("pipeline.catch_up_failed", client=client_id)
+
+    async def _state_changed(self, timeout: float) -> None:
+        """Until a child changed state (a restart to catch up after), or `timeout`."""
+        changed = self.supervisor.changed
+        if changed is None:  # the supervisor's loop has not begun
+            await asyncio.sleep(min(timeout, 0.1))
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+        changed.clear()
 
     async def _catch_up(self, client_id: str, pipeline: _Pipeline) -> None:
         pids: list[int | None] = []

@@ -19,6 +19,12 @@ Lifecycle (what `step` does):
 The restart delay starts at backoff_start, doubles after every failure (fast or not) up to
 backoff_cap, and goes back to backoff_start once the child has been RUNNING for
 reset_after seconds. The fast-failure count (`retries`) resets on reaching RUNNING.
+
+With `restart_at_once`, the first exit of a healthy run (after a start, a reset, or a run
+of reset_after seconds) is restarted on the next tick instead of after backoff_start; the
+exit after that waits backoff_start and the doubling goes on as above. That is at most one
+immediate restart per reset_after seconds, so it is no tight loop: a watcher killed after
+hours of work comes back in a fraction of a second, a crash-looping one still backs off.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from memd.supervision.procs import redact_argv
+from memd.supervision.childlogs import redact_argv
 from memd.supervision.states import IDLE_STATES, SIGNALLABLE_STATES, WAITING_STATES, ProcessStates
 
 log = structlog.get_logger()
@@ -87,6 +93,7 @@ class ChildSpec:
     ready_timeout: float = 60.0
     log_max_bytes: int = 5 * 1024 * 1024
     log_backups: int = 3
+    restart_at_once: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -97,16 +104,8 @@ class ChildSpec:
         object.__setattr__(self, "argv", argv)
         if self.env is not None:
             object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
-        numbers = (
-            "startsecs",
-            "reset_after",
-            "stop_timeout",
-            "kill_timeout",
-            "ready_timeout",
-            "startretries",
-            "log_max_bytes",
-            "log_backups",
-        )
+        numbers: tuple[str, ...] = ("startsecs", "reset_after", "stop_timeout", "kill_timeout")
+        numbers += ("ready_timeout", "startretries", "log_max_bytes", "log_backups")
         for name in numbers:
             if getattr(self, name) < 0:
                 raise ValueError(f"{self.name}: {name} must be >= 0")
@@ -209,6 +208,7 @@ class Child:
         self.stop_deadline: float | None = None
         self.killed_at: float | None = None
         self.delay = spec.backoff_start
+        self.at_once = spec.restart_at_once  # the next exit after RUNNING restarts at once
         self.retries = 0
         self.starts = 0
         self.last_exit: ExitInfo | None = None
@@ -235,7 +235,7 @@ class Child:
         if self.state != S.STOPPED:
             return
         self.retries = 0
-        self.delay = self.spec.backoff_start
+        self._healthy()
         self._spawn(now)
 
     def stop(self, now: float) -> None:
@@ -260,7 +260,7 @@ class Child:
         if self.state != S.FATAL:
             return False
         self.retries = 0
-        self.delay = self.spec.backoff_start
+        self._healthy()
         self.log_tail = ""
         self._change_state(S.STOPPED)
         return True
@@ -326,7 +326,7 @@ class Child:
     def _check_running(self, now: float) -> None:
         assert self.running_since is not None
         if now - self.running_since >= self.spec.reset_after:
-            self.delay = self.spec.backoff_start
+            self._healthy()
         self._housekeep(now)
 
     def _check_stopping(self, now: float) -> None:
@@ -372,13 +372,14 @@ class Child:
             self.last_error = f"{info} after {now - self.running_since:.1f}s running"
             self.log_tail = self._spawner.log_tail(self.spec)
             if now - self.running_since >= self.spec.reset_after:
-                self.delay = self.spec.backoff_start
+                self._healthy()
             self._change_state(S.EXITED)
-            self._schedule(now)
+            self._schedule(now, at_once=self.at_once)
         self.proc = None  # after the transitions, so their log lines still carry the pid
 
     def _fast_failure(self, now: float) -> None:
         self.retries += 1
+        self.at_once = False  # not a healthy run: re-armed after reset_after seconds up
         self.log_tail = self._spawner.log_tail(self.spec)
         self._change_state(S.BACKOFF)
         if self.retries > self.spec.startretries:
@@ -387,7 +388,14 @@ class Child:
         else:
             self._schedule(now)
 
-    def _schedule(self, now: float) -> None:
+    def _healthy(self) -> None:  # a start, a reset, up reset_after s: the backoff is afresh
+        self.delay = self.spec.backoff_start
+        self.at_once = self.spec.restart_at_once
+
+    def _schedule(self, now: float, at_once: bool = False) -> None:
+        if at_once:
+            self.at_once, self.next_start_at = False, now
+            return
         self.next_start_at = now + self.delay
         self.delay = min(self.delay * 2, self.spec.backoff_cap)
 

@@ -27,12 +27,8 @@ PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process. Spa
 from a thread that lives as long as memd: the event loop thread (Supervisor.step is called
 there). On macOS there is no PDEATHSIG; pidfiles and `reap_leftovers` cover that case.
 
-Logs: stdout and stderr of the child go straight to its log file (an O_APPEND fd). Before
-each spawn a log over `log_max_bytes` is renamed to `.1` (`.1` -> `.2`, ... keeping
-`log_backups`). While a child runs, `housekeep()` (called by the supervisor every few
-seconds) copies an oversized log to `.1` and truncates it in place (logrotate's
-copytruncate; O_APPEND makes the child continue at the new end). A few lines written
-during the copy may be lost; that is the price of not asking the child to reopen its log.
+Logs (`memd.supervision.childlogs`): stdout and stderr of the child go straight to its log
+file, rotated by size.
 """
 
 from __future__ import annotations
@@ -53,6 +49,7 @@ import psutil
 import structlog
 
 from memd import trust
+from memd.supervision.childlogs import open_log, read_tail, rotate_log
 from memd.trust import UntrustedPath
 
 if TYPE_CHECKING:
@@ -79,30 +76,6 @@ os.execvp(sys.argv[2], sys.argv[2:])
 # there, stragglers of a child that exits on its own are not cleaned up.
 _HAS_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
 _CREATE_TIME_SLACK = 1.0  # /proc/stat btime can jitter by a second between reads
-_TAIL_BYTES = 4096
-_TAIL_LINES = 20
-_SECRET_WORDS = ("key", "token", "secret", "password")
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """argv for logs: the value of any --*key*/--*token*/--*secret*/--*password* option
-    is replaced by "***". (Better still, pass secrets in the environment: a command line
-    is readable by every user of the machine through /proc.)"""
-    out: list[str] = []
-    hide_next = False
-    for word in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        option, eq, _ = word.partition("=")
-        secret = option.startswith("-") and any(w in option.lower() for w in _SECRET_WORDS)
-        if secret and eq:
-            out.append(f"{option}=***")
-        else:
-            out.append(word)
-            hide_next = secret
-    return out
 
 
 class PopenSpawner:
@@ -113,7 +86,7 @@ class PopenSpawner:
         search_path = (env or os.environ).get("PATH", os.defpath)
         if os.sep not in spec.argv[0] and shutil.which(spec.argv[0], path=search_path) is None:
             raise FileNotFoundError(f"{spec.argv[0]!r} not found on PATH")
-        out = _open_log(spec)
+        out = open_log(spec)
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *spec.argv],
@@ -247,57 +220,6 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _open_log(spec: ChildSpec) -> int:
-    if spec.log_path is None:
-        return subprocess.DEVNULL
-    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    rotate_log(spec.log_path, spec.log_max_bytes, spec.log_backups, live=False)
-    fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    command = " ".join(redact_argv(spec.argv))
-    os.write(fd, f"--- memd {stamp}: starting {spec.name}: {command}\n".encode())
-    return fd
-
-
-def rotate_log(path: Path, max_bytes: int, backups: int, *, live: bool) -> bool:
-    """Shift `path` to `path.1` (and older ones up to `.backups`) once it exceeds max_bytes.
-
-    live=False renames (nobody writes the file); live=True copies then truncates in place,
-    because a running child keeps writing through its own fd.
-    """
-    try:
-        if path.stat().st_size <= max_bytes:
-            return False
-    except FileNotFoundError:
-        return False
-    if backups > 0:
-        for i in range(backups - 1, 0, -1):
-            older = path.with_name(f"{path.name}.{i}")
-            if older.exists():
-                os.replace(older, path.with_name(f"{path.name}.{i + 1}"))
-        first = path.with_name(f"{path.name}.1")
-        if live:
-            shutil.copyfile(path, first)
-        else:
-            os.replace(path, first)
-            return True
-    os.truncate(path, 0)
-    return True
-
-
-def read_tail(path: Path, max_bytes: int = _TAIL_BYTES, max_lines: int = _TAIL_LINES) -> str:
-    """The last lines of a log, for status output when a child has given up."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    lines = data.decode("utf-8", "replace").splitlines()
-    return "\n".join(lines[-max_lines:])
-
-
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -308,6 +230,14 @@ def _write_atomic(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def _forget(path: Path) -> None:
+    """Remove a pidfile; a read-only or broken disk must not stop memd from starting."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("pidfile.not_removed", path=str(path), error=str(exc))
 
 
 def read_pidfile(path: Path) -> dict[str, Any] | None:
@@ -435,7 +365,7 @@ def reap_leftovers(
         proc = _recorded_process(record) if record is not None else None
         if record is None or proc is None:
             log.info("child.stale_pidfile_removed", path=str(path), pid=(record or {}).get("pid"))
-            path.unlink(missing_ok=True)
+            _forget(path)
             continue
         sig = int(record.get("stop_signal", signal.SIGTERM))
         if sig not in STOP_SIGNALS:
@@ -451,7 +381,7 @@ def reap_leftovers(
     for proc in _wait_gone(alive, timeout):
         log.error("child.leftover_survived", pid=proc.pid)
     for path, _, _ in found:
-        path.unlink(missing_ok=True)
+        _forget(path)
     return [proc.pid for _, proc, _ in found]
 
 

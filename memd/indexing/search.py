@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from memd.config import EmbeddingConfig
-from memd.indexing import ranking
+from memd.indexing import embedding, ranking
 from memd.indexing.query_embedding import QueryEmbedder
 from memd.indexing.settings import IndexTarget
 from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr

@@ -28,6 +28,7 @@ into extra clients and measures them the same way (see `VARIANTS`).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -1158,7 +1159,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=36)
     ap.add_argument("--no-variants", action="store_true", help="skip the layout variants")
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra memd config (top-level key = JSON value), e.g. "
+        "'recall={\"min_score\": 0}'; may be repeated",
+    )
     args = ap.parse_args()
+    extra = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.config)}
     rng = random.Random(SEED)
     start = datetime(2026, 6, 1, tzinfo=UTC)
     plan = make_set(rng, args.sessions, start)
@@ -1181,7 +1191,7 @@ def main() -> None:
         f"exchange, {sum(q.kind == 'follow-up' for q in questions)} about a follow-up)"
     )
     clients = {CLIENT: {"memory_enabled": True, "mode": "mcp_via_llm"}}
-    with running_daemon(clients=clients) as memd:
+    with running_daemon(clients=clients, **extra) as memd:
         wait_searchable(memd, CLIENT)
         conns = Connections(memd)
         view = IndexView.of(memd, CLIENT)

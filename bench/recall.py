@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/recall.py             # 10,000 exchanges, 200 queries
     .venv/bin/python bench/recall.py --quick     # 1,000 exchanges, 60 queries: a smoke run
+    .venv/bin/python bench/recall.py --questions # LoCoMo questions, one 10k-exchange session
 
 One client, one real daemon. The exchanges (synthetic, varied, 0.3-3 kB each, 100 per
 session, `sessions.close` between sessions) are recorded through the socket in one burst
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import recall_questions
 from _daemon import (
     Connections,
     IndexView,
@@ -449,7 +451,18 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="1,000 exchanges, a smoke run")
+    ap.add_argument(
+        "--questions",
+        action="store_true",
+        help="LoCoMo dev questions over its exchanges cycled into one session "
+        "(bench/recall_questions.py): settled and right after --burst records",
+    )
+    ap.add_argument("--burst", type=int, default=200, help="records before the second round")
+    ap.add_argument("--settle", type=float, default=30.0, help="seconds before the first round")
     args = ap.parse_args()
+    if args.questions:
+        recall_questions.run(args.exchanges, args.queries, args.burst, args.settle, args.seed)
+        return
     if args.quick:
         args.exchanges, args.queries, args.during, args.cli_queries = 1_000, 60, 100, 5
     now = datetime.now(UTC).replace(microsecond=0)

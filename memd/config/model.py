@@ -124,11 +124,14 @@ class RecallConfig:
     """How recall ranks and filters (defaults measured on LoCoMo's dev split, see
     docs/quality.md): `bm25_weight` weighs BM25 (normalised to the query's best match)
     against cosine similarity; results whose relevance is under `drop_below` are left out,
-    and when none reaches `min_score` recall answers "No relevant memories found."."""
+    and when none reaches `min_score` recall answers "No relevant memories found.".
+    With `follow_questions`, a result that ends by asking a question is followed by the
+    user's next message (its answer)."""
 
     bm25_weight: float = 0.7
     min_score: float = 0.5
     drop_below: float = 0.0
+    follow_questions: bool = True
 
 
 @dataclass(frozen=True)

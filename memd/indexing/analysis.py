@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
+
+from memd.indexing import lite_bm25
 
 log = structlog.get_logger()
 
@@ -59,17 +62,34 @@ ANALYZER_PARAMS: dict[str, Any] = {
 _WORD_RE = re.compile(r"\w+", re.UNICODE)  # Milvus Lite's `standard` tokenizer
 
 
-@functools.cache
+_STEMMERS = threading.local()
+
+
 def _stemmer(language: str) -> Any:
+    """This thread's Snowball stemmer for `language`: a stemmer keeps the word it works on
+    in itself, so one shared by threads (the index server's gRPC workers, recall's lanes)
+    mixes their words up and fails (IndexError in snowballstemmer)."""
     import snowballstemmer
 
-    return snowballstemmer.stemmer(language)
+    mine = getattr(_STEMMERS, "by_language", None)
+    if mine is None:
+        mine = _STEMMERS.by_language = {}
+    if language not in mine:
+        mine[language] = snowballstemmer.stemmer(language)
+    return mine[language]
 
 
 def terms(text: str) -> list[str]:
     """The analyzer's tokens for `text`: lower-cased words, stop words out, stemmed."""
-    words = [w for w in _WORD_RE.findall(text.lower()) if w not in _STOP_SET]
-    return _stemmer("english").stemWords(words)
+    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP_SET]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _stem(word: str, language: str = "english") -> str:
+    """One word's stem, remembered: Snowball in Python costs 20-600 µs a word (under
+    load), and recall analyses every result's text to see which query terms it holds (a
+    recall's fusion took 78 ms at p50 on LoCoMo before, 9 ms with the words cached)."""
+    return str(_stemmer(language).stemWord(word))
 
 
 _STOP_SET = frozenset(STOP_WORDS)
@@ -100,8 +120,9 @@ def _filter_step(spec: Any) -> Any:
         words = frozenset(str(w) for w in spec.get("stop_words", []))
         return lambda tokens: [t for t in tokens if t not in words]
     if kind == "stemmer":
-        stemmer = _stemmer(str(spec.get("language", "english")).lower())
-        return stemmer.stemWords
+        language = str(spec.get("language", "english")).lower()
+        _stemmer(language)  # an unknown language fails here, when the analyzer is built
+        return lambda tokens: [_stem(t, language) for t in tokens]
     raise ValueError(f"unsupported analyzer filter {spec!r}")
 
 
@@ -127,6 +148,7 @@ def install_lite_analyzers() -> None:
     from milvus_lite.analyzer.protocol import Analyzer
     from milvus_lite.exceptions import SchemaValidationError
 
+    lite_bm25.install_global_bm25()  # and score BM25 over the whole collection, as a server
     if getattr(factory.create_analyzer, "_memd", False):
         return
     original = factory.create_analyzer

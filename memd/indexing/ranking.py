@@ -21,8 +21,10 @@ coefficients are calibrated for the bundled model; other models' cosines sit els
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memd.indexing.analysis import terms
 
@@ -69,6 +71,41 @@ def relevance(cosine: float, covered: float) -> float:
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """Cosine similarity (vectors from other providers need not be unit length)."""
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    dot = sum(map(operator.mul, a, b))  # 3x a generator's speed, for 20 x 256 floats a search
+    norm = math.sqrt(sum(map(operator.mul, a, a))) * math.sqrt(sum(map(operator.mul, b, b)))
     return dot / norm if norm else 0.0
+
+
+def fused_rows(
+    dense: Sequence[dict[str, Any]],
+    keyword: Sequence[dict[str, Any]],
+    vector: Sequence[float],
+    query: str,
+    limit: int,
+    bm25_weight: float,
+) -> list[dict[str, Any]]:
+    """The best `limit` entities of both halves' hits (pymilvus `{"distance", "entity"}`),
+    fused, each with its relevance as `score`. A BM25 hit the dense half did not return
+    brings its `embedding`, for its cosine; it is not passed on."""
+    rows: dict[str, dict[str, Any]] = {}
+    found: dict[str, Candidate] = {}
+    for hit in dense:
+        key = hit["entity"]["chunk_hash"]
+        rows[key] = hit["entity"]
+        found[key] = Candidate(key, 0.0, float(hit["distance"]))
+    for hit in keyword:
+        entity = dict(hit["entity"])
+        vec = entity.pop("embedding", None) or []
+        key = entity["chunk_hash"]
+        cos = found[key].cosine if key in found else cosine(vector, vec)
+        rows.setdefault(key, entity)
+        # Milvus Lite 3.2.2 over gRPC reports BM25 scores negated (its internal
+        # smaller-is-better distance); a Milvus server reports them as they are.
+        found[key] = Candidate(key, abs(float(hit["distance"])), cos)
+    query_terms = terms(query)
+    out = []
+    for cand, _fused in fuse(list(found.values()), bm25_weight)[:limit]:
+        row = rows[cand.key]
+        covered = coverage(query_terms, row.get("content") or "")
+        out.append({**row, "score": relevance(cand.cosine, covered)})
+    return out

@@ -2,8 +2,7 @@
 
 Recall connects with pymilvus to the client's index (the index server's `unix:` socket, or
 the scale-out Milvus server) and keeps that connection; no memsearch process per call. The
-query is embedded in-process with the same model the watcher indexes with: memd's embedded
-model directly, any other provider through memsearch's own provider classes.
+query is embedded in-process with the same model the watcher indexes with.
 
 The search asks the index for its two halves over the same filter, as memsearch's
 `MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request
@@ -13,37 +12,36 @@ weight RRF lets the weaker half drag the stronger one down). Every RPC carries a
 deadline. Expand is memsearch's too (`memsearch expand`'s section
 rule, reused from its CLI module): the full markdown section a chunk belongs to.
 
-Time filters use the exchange headings that memd's transcripts carry
-(`## 2026-11-30 02:41:07 UTC · exchange 3`): a range on `heading` narrows the search in
-Milvus (the heading time format sorts as text), then each hit's heading is parsed to apply
-the exact bounds. Chunks without an exchange heading (summaries) have no time and are left
-out of time-filtered searches.
+The raw requests (one dense, one BM25) are `halves`; their fusion is
+`ranking.fused_rows`; the query embedding is memd.indexing.query_embedding, time filters
+memd.indexing.time_filter.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from memd.config import EmbeddingConfig
-from memd.indexing import analysis, embedding, ranking
-from memd.indexing.settings import IndexTarget, uses_embedded_model, watcher_embedding
-from memd.markdown import heading_time, parse_exchange_title
+from memd.indexing import embedding, ranking
+from memd.indexing.query_embedding import QueryEmbedder
+from memd.indexing.settings import IndexTarget
+from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr
 
 log = structlog.get_logger()
 
-CANDIDATES = 30  # from each half, before fusion
+CANDIDATES = 20  # from each half, before fusion (30 finds no more on LoCoMo, costs ~5 ms)
 DEFAULT_TIMEOUT = 10.0
+READY_SECONDS = 5.0  # how long a collection found ready is taken to stay so
 OUTPUT_FIELDS = [
     "content",
     "source",
@@ -86,125 +84,6 @@ class Section:
     content: str
 
 
-# -- query embedding -------------------------------------------------------------------------
-
-
-class QueryEmbedder:
-    """Embeds queries exactly as the client's watcher embeds chunks.
-
-    memsearch providers are async and their HTTP clients bind to the event loop they first
-    ran on, so they get one private loop thread for their whole life (a fresh
-    `asyncio.run` per call breaks them, as memsearch's own watcher notes).
-    """
-
-    def __init__(self, cfg: EmbeddingConfig, embedder: embedding.Embedder | None = None) -> None:
-        self._cfg = cfg
-        self._embedded = embedder or embedding.Embedder()  # loads the model on first use
-        self._provider: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
-
-    def embed(self, text: str, timeout: float) -> list[float]:
-        if uses_embedded_model(self._cfg):
-            return self._embedded.embed_one(text)
-        provider, loop = self._ensure_provider()
-        future = asyncio.run_coroutine_threadsafe(provider.embed([text]), loop)
-        try:
-            return list(future.result(timeout=max(timeout, 0.01))[0])
-        except TimeoutError:
-            future.cancel()
-            raise
-
-    def _ensure_provider(self) -> tuple[Any, asyncio.AbstractEventLoop]:
-        with self._lock:
-            if self._provider is None:
-                self._provider = _memsearch_provider(self._cfg)
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="memd-query-embed", daemon=True
-                ).start()
-                self._loop = loop
-            assert self._loop is not None
-            return self._provider, self._loop
-
-    def close(self) -> None:
-        with self._lock:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop = None
-            self._provider = None
-
-
-def _memsearch_provider(cfg: EmbeddingConfig) -> Any:
-    """memsearch's provider for cfg, with cfg's base URL honoured where memsearch has no
-    parameter for it: its ollama provider reads OLLAMA_HOST, which memd sets only for the
-    watcher (see indexing.watcher_env), so recall talks to the same host here."""
-    emb = watcher_embedding(cfg, None)  # the very settings the watcher runs with
-    if emb.provider == "ollama" and emb.base_url:
-        return _OllamaQueryEmbedding(emb.model, emb.base_url)
-    from memsearch.embeddings import get_provider
-
-    return get_provider(
-        emb.provider, model=emb.model, base_url=emb.base_url or None, api_key=emb.api_key or None
-    )
-
-
-class _OllamaQueryEmbedding:
-    """memsearch's OllamaEmbedding.embed, against an explicit host."""
-
-    def __init__(self, model: str, host: str) -> None:
-        import ollama
-
-        self._client = ollama.AsyncClient(host=host)
-        self._model = model
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        result = await self._client.embed(model=self._model, input=texts)
-        return result["embeddings"]
-
-
-# -- time filter ------------------------------------------------------------------------------
-
-
-# The last second datetime can step past; no exchange is recorded that late, so a
-# `before` there needs no bound in Milvus (and +1 s would overflow).
-_END_OF_TIME = datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1)
-
-
-def time_filter_expr(after: datetime | None, before: datetime | None) -> str:
-    """A `heading` range that contains every exchange in [after, before) (and maybe a few
-    non-exchange headings, which the exact check drops)."""
-    parts = []
-    if after is not None:
-        floor = _aware(after).replace(microsecond=0)
-        parts.append(f'heading >= "{heading_time(floor)}"')
-    if before is not None and _aware(before) < _END_OF_TIME:
-        ceil = _aware(before).replace(microsecond=0) + timedelta(seconds=1)
-        parts.append(f'heading < "{heading_time(ceil)}"')
-    return " and ".join(parts)
-
-
-def in_range(when: datetime | None, after: datetime | None, before: datetime | None) -> bool:
-    """after is inclusive, before exclusive; a chunk without a time is in no range."""
-    if after is None and before is None:
-        return True
-    if when is None:
-        return False
-    if after is not None and when < _aware(after).replace(microsecond=0):
-        return False
-    return before is None or when < _aware(before)
-
-
-def _aware(moment: datetime) -> datetime:
-    """Naive datetimes are taken as UTC, like the transcript headings."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def exchange_time(heading: str) -> datetime | None:
-    parsed = parse_exchange_title(heading)
-    return parsed[0] if parsed else None
-
-
 # -- the searcher -----------------------------------------------------------------------------
 
 
@@ -232,6 +111,7 @@ class IndexSearcher:
         self._embedder = QueryEmbedder(embedding_cfg, embedder)
         self._client: Any = None
         self._lock = threading.Lock()
+        self._ready_until = 0.0  # monotonic time until which the collection is known ready
 
     # -- public API --
 
@@ -339,6 +219,7 @@ class IndexSearcher:
             return self._client
 
     def _drop_client(self) -> None:
+        self._ready_until = 0.0
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -354,7 +235,20 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        """Both halves, fused in memd (memd.indexing.ranking); `score` is the relevance."""
+        """Both halves, fused in memd (memd.indexing.ranking); `score` is the relevance.
+
+        Whether the collection exists, is loaded and holds rows is checked at most every
+        READY_SECONDS (three round trips, ~10 ms of a recall under load); a search that
+        fails in between is checked again at once, so a dropped or emptied collection
+        still answers nothing rather than an error."""
+        from pymilvus.exceptions import MilvusException
+
+        args = (client, vector, query, limit, expr, deadline, bm25_weight)
+        if time.monotonic() < self._ready_until:
+            try:
+                return self._fused(*args)
+            except MilvusException:
+                self._ready_until = 0.0
         name = self.target.collection
         if not client.has_collection(name, timeout=_remaining(deadline)):
             return []
@@ -362,50 +256,23 @@ class IndexSearcher:
         # BM25 over an empty collection fails (avgdl = 0); memsearch checks the same way.
         if _row_count(client, name, deadline) == 0:
             return []
+        self._ready_until = time.monotonic() + READY_SECONDS
+        return self._fused(*args)
+
+    def _fused(
+        self,
+        client: Any,
+        vector: list[float],
+        query: str,
+        limit: int,
+        expr: str,
+        deadline: float,
+        bm25_weight: float,
+    ) -> list[dict[str, Any]]:
         pool = max(limit, CANDIDATES)
-        extra = {"filter": expr} if expr else {}
-
-        def one(data: Any, field: str, metric: str, fields: list[str]) -> list[dict[str, Any]]:
-            res = client.search(
-                collection_name=name,
-                data=data,
-                anns_field=field,
-                search_params={"metric_type": metric, "params": {}},
-                limit=pool,
-                output_fields=fields,
-                timeout=_remaining(deadline),
-                **extra,
-            )
-            return list(res[0]) if res else []
-
-        dense = one([vector], "embedding", "COSINE", OUTPUT_FIELDS)
-        keyword = one([query], "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
-        rows: dict[str, dict[str, Any]] = {}
-        found: dict[str, ranking.Candidate] = {}
-        for hit in dense:
-            key = hit["entity"]["chunk_hash"]
-            rows[key] = hit["entity"]
-            found[key] = ranking.Candidate(key, 0.0, float(hit["distance"]))
-        for hit in keyword:
-            entity = dict(hit["entity"])
-            key = entity["chunk_hash"]
-            cos = (
-                found[key].cosine
-                if key in found
-                else ranking.cosine(vector, entity.pop("embedding", None) or [])
-            )
-            entity.pop("embedding", None)
-            rows.setdefault(key, entity)
-            # Milvus Lite 3.2.2 over gRPC reports BM25 scores negated (its internal
-            # smaller-is-better distance); a Milvus server reports them as they are.
-            found[key] = ranking.Candidate(key, abs(float(hit["distance"])), cos)
-        query_terms = analysis.terms(query)
-        out = []
-        for cand, _fused in ranking.fuse(list(found.values()), bm25_weight)[:limit]:
-            row = rows[cand.key]
-            covered = ranking.coverage(query_terms, row.get("content") or "")
-            out.append({**row, "score": ranking.relevance(cand.cosine, covered)})
-        return out
+        name = self.target.collection
+        dense, keyword = halves(client, name, vector, query, pool, expr, deadline)
+        return ranking.fused_rows(dense, keyword, vector, query, limit, bm25_weight)
 
     def _ensure_loaded(self, client: Any, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
@@ -427,6 +294,38 @@ def _row_count(client: Any, name: str, deadline: float) -> int:
         timeout=_remaining(deadline),
     )
     return int(rows[0]["count(*)"]) if rows else 0
+
+
+def halves(
+    client: Any,
+    name: str,
+    vector: list[float],
+    query: str,
+    pool: int,
+    expr: str,
+    deadline: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The two raw requests of a search: the best `pool` chunks by cosine similarity to
+    `vector`, and by BM25 for `query` (with their embeddings, for their cosine). The one
+    place recall talks to Milvus about ranking."""
+    extra = {"filter": expr} if expr else {}
+
+    def one(data: Any, field: str, metric: str, fields: list[str]) -> list[dict[str, Any]]:
+        res = client.search(
+            collection_name=name,
+            data=data,
+            anns_field=field,
+            search_params={"metric_type": metric, "params": {}},
+            limit=pool,
+            output_fields=fields,
+            timeout=_remaining(deadline),
+            **extra,
+        )
+        return list(res[0]) if res else []
+
+    dense = one([vector], "embedding", "COSINE", OUTPUT_FIELDS)
+    keyword = one([query], "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
+    return dense, keyword
 
 
 def _remaining(deadline: float) -> float:

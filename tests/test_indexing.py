@@ -242,13 +242,6 @@ def test_the_users_memsearch_config_does_not_reach_the_watcher(tmp_path: Path) -
     assert resolved["llm"]["model"] == ""
 
 
-def test_dimension_mismatch_is_recognised() -> None:
-    assert indexing.is_dimension_mismatch(
-        "ValueError: Embedding dimension mismatch: collection 'c' has dim=256 but ..."
-    )
-    assert not indexing.is_dimension_mismatch("Watching 1 path(s) for changes...")
-
-
 # -- fingerprint and rebuild -----------------------------------------------------------------
 
 
@@ -552,7 +545,7 @@ def test_model_change_rebuilds_the_index_instead_of_crash_looping(
         client.watcher.stop()
         naive = start_watcher(children, new, layout, None)
         assert naive.wait(60) != 0
-        assert indexing.is_dimension_mismatch(naive.output())
+        assert "Embedding dimension mismatch" in naive.output()  # memsearch's own check
 
         # memd's way: stop the client's processes, rebuild, start again.
         assert client.server is not None

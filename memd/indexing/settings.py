@@ -39,7 +39,6 @@ log = structlog.get_logger()
 DEFAULT_PROVIDER = "wordllama"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; keep a margin
-DIMENSION_MISMATCH_MARK = "Embedding dimension mismatch"
 
 # memsearch's default models, so the fingerprint names the model actually used.
 _MEMSEARCH_DEFAULT_MODELS = {
@@ -357,8 +356,3 @@ def ensure_dirs(layout: ClientLayout) -> None:
     sock_dir = index_socket_path(layout).parent
     sock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     trust.check_dir(sock_dir)  # the short fallback under /tmp must be ours alone
-
-
-def is_dimension_mismatch(watcher_output: str) -> bool:
-    """Whether a watcher died on memsearch's dimension check (a rebuild fixes it)."""
-    return DIMENSION_MISMATCH_MARK in watcher_output

@@ -213,7 +213,7 @@ def create_collection(client: Any, name: str, dimension: int, timeout: float = 3
     client.create_collection(
         collection_name=name, schema=schema, index_params=index_params, timeout=timeout
     )
-    log.info("index_collection_created", collection=name, analyzer=ANALYZER_NAME)
+    log.info("index.collection_created", collection=name, analyzer=ANALYZER_NAME)
     return True
 
 

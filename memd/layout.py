@@ -130,6 +130,7 @@ def write_memsearch_toml(layout: ClientLayout, settings: Mapping[str, Any]) -> b
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+        trust.fsync_dir(layout.root)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

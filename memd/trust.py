@@ -123,6 +123,20 @@ def check_file(path: Path | str, *, tighten: bool = True) -> bool:
     return True
 
 
+def fsync_dir(path: Path | str) -> None:
+    """Make a created, removed or renamed entry in folder `path` durable.
+
+    A file replaced with `os.replace` is durable only once its folder is synced too: the
+    rename lives in the folder. Every module that replaces files calls this, from the
+    base layer, so the ones that may not import memd.markdown need no copy of it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def open_nofollow(path: Path | str, flags: int, mode: int = 0o600) -> int:
     """`os.open` that never follows a symlink in the last component (ELOOP -> UntrustedPath)."""
     try:

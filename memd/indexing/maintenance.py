@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from memd import trust
 from memd.config import Config
 from memd.indexing import analysis
 from memd.indexing.embed_server import Endpoint
@@ -153,8 +154,12 @@ def write_spec(layout: ClientLayout, spec: IndexSpec) -> None:
     path = spec_path(layout)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
+    trust.fsync_dir(path.parent)  # a crash must not bring back the old spec (a rebuild)
 
 
 def needs_rebuild(layout: ClientLayout, spec: IndexSpec) -> bool:

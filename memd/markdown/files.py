@@ -14,6 +14,7 @@ import structlog
 from memd import trust
 from memd.layout import ClientLayout
 from memd.markdown.parse import parse_front_matter
+from memd.trust import fsync_dir
 
 log = structlog.get_logger()
 
@@ -90,15 +91,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a created, removed or renamed entry durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def reconcile(path: Path, committed: int, digest: bytes | None) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memd.config import CLIENT_ID_RE
+from memd.trust import fsync_dir
 
 PREFIX = "sk-memd~"
 FOLDER = ".proxy"
@@ -134,7 +135,7 @@ class KeyStore:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
-            _sync_folder(path.parent)  # the new name survives a crash too
+            fsync_dir(path.parent)  # the new name survives a crash too
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -153,11 +154,3 @@ class KeyStore:
             raise KeyStoreError(f"{folder} belongs to uid {st.st_uid}, not to us")
         if st.st_mode & 0o077:
             raise KeyStoreError(f"{folder} is open to group or others; run `chmod 700 {folder}`")
-
-
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

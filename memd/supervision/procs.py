@@ -230,6 +230,7 @@ def _write_atomic(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    trust.fsync_dir(path.parent)  # reaping after a crash needs the pidfile to be there
 
 
 def _forget(path: Path) -> None:

@@ -201,7 +201,11 @@ def test_an_index_built_before_the_analyzer_is_rebuilt_and_then_answers(
     try:
         # "databases" finds "database" only through the stemmer; the rows came back
         # from the markdown file, nothing was lost.
-        hits = wait_for(lambda: searcher.search("staging databases listening"), what="reindex")
+        hits = wait_for(
+            lambda: searcher.search("staging databases listening"),
+            timeout=90.0,  # a cold `memsearch watch` start, then its initial scan
+            what="reindex",
+        )
         assert "6543" in hits[0].content
     finally:
         searcher.close()

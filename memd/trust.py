@@ -49,6 +49,16 @@ def _owner_fix(path: Path | str, uid: int) -> str:
     )
 
 
+def _require_owner(path: Path | str, st: os.stat_result) -> None:
+    """Refuse `path` unless memd's uid owns it (folders and files alike)."""
+    if st.st_uid != os.geteuid():
+        raise UntrustedPath(
+            path,
+            f"is owned by uid {st.st_uid}, not by memd's uid {os.geteuid()}",
+            _owner_fix(path, st.st_uid),
+        )
+
+
 def check_dir(path: Path | str, *, follow: bool = False) -> os.stat_result:
     """A folder memd may use: real (no symlink, unless `follow`), ours, not writable by others.
 
@@ -64,12 +74,7 @@ def check_dir(path: Path | str, *, follow: bool = False) -> os.stat_result:
         )
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedPath(path, "is not a folder", f"move it away: `mv {path} {path}.old`")
-    if st.st_uid != os.geteuid():
-        raise UntrustedPath(
-            path,
-            f"is owned by uid {st.st_uid}, not by memd's uid {os.geteuid()}",
-            _owner_fix(path, st.st_uid),
-        )
+    _require_owner(path, st)
     if st.st_mode & _OTHERS_WRITE:
         raise UntrustedPath(
             path,
@@ -110,12 +115,7 @@ def check_file(path: Path | str, *, tighten: bool = True) -> bool:
         raise UntrustedPath(path, "is a symlink", f"remove it: `rm {path}`")
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedPath(path, "is not a regular file", f"move it away: `mv {path} {path}.old`")
-    if st.st_uid != os.geteuid():
-        raise UntrustedPath(
-            path,
-            f"is owned by uid {st.st_uid}, not by memd's uid {os.geteuid()}",
-            _owner_fix(path, st.st_uid),
-        )
+    _require_owner(path, st)
     if st.st_mode & _OTHERS_WRITE:
         raise UntrustedPath(path, "is writable by group or others", f"run `chmod 600 {path}`")
     if tighten and st.st_mode & 0o077:

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from memd.indexing import lite_bm25
+from memd.indexing import lite_bm25, lite_search
 
 log = structlog.get_logger()
 
@@ -148,6 +148,7 @@ def install_lite_analyzers() -> None:
     from milvus_lite.analyzer.protocol import Analyzer
     from milvus_lite.exceptions import SchemaValidationError
 
+    lite_search.install_cached_visibility()  # reuse what each search may see
     lite_bm25.install_global_bm25()  # and score BM25 over the whole collection, as a server
     if getattr(factory.create_analyzer, "_memd", False):
         return

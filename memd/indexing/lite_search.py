@@ -1,0 +1,443 @@
+"""Milvus Lite searches without a pass over every row, once the collection is settled.
+
+Milvus Lite 3.2.2 decides which rows a search may return (the newest version of each
+primary key, not deleted) in Python loops over every row of every segment, on every
+search, for the dense and the BM25 path alike; its brute-force cosine also normalises
+every stored vector again each time. At 10k chunks that was ~40 ms of a ~65 ms search
+pair (profile of the index server's engine on bench/recall.py --questions' data), the
+largest part of recall's latency.
+
+Those answers only change when the segments or the tombstones do. memd's index server
+flushes after every write, so the memtable is nearly always empty; then the visible rows
+of each segment (and its unit vectors) are computed once per generation (the same tuple
+of immutable segments and the same tombstones) and reused. Whenever the memtable holds
+rows or deletes, or a search names partitions, Lite's own code runs unchanged.
+
+`install_cached_visibility` (called by `memd.indexing.analysis.install_lite_analyzers`,
+before the collection-wide BM25 of `lite_bm25` wraps the sparse search) patches
+`Collection._search_sparse` and the dense executor. tests/test_lite_search.py checks
+the results against Lite's own code over upserts, deletes, several segments and filters.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+log = structlog.get_logger()
+
+_CACHE = "_memd_visible"  # attribute on a Collection: its last _Generation
+_BUILDING = threading.RLock()  # derivations and BM25 index builds: one at a time
+_SEARCHING: contextvars.ContextVar[Any] = contextvars.ContextVar("memd_searching", default=None)
+
+
+@dataclass
+class _Generation:
+    """What a search may see of one read snapshot, and what it may reuse."""
+
+    segments: tuple[Any, ...]  # kept alive, so ids in `masks` stay theirs
+    deletes: dict[Any, int]  # the tombstones: key -> seq of its last delete
+    newest: dict[Any, int]  # key -> seq of its newest version in `segments`
+    masks: dict[int, np.ndarray]  # id(segment) -> its rows that are live versions
+    units: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+
+    def matches(self, segments: tuple[Any, ...], deletes: dict[Any, int]) -> bool:
+        return (
+            len(segments) == len(self.segments)
+            and all(a is b for a, b in zip(segments, self.segments, strict=True))
+            and deletes == self.deletes
+        )
+
+    def unit_vectors(self, seg: Any, name: str) -> np.ndarray:
+        """The segment's vectors scaled to length 1 (zero vectors stay zero), as Lite's
+        cosine distance computes them."""
+        key = (id(seg), name)
+        unit = self.units.get(key)
+        if unit is None:
+            vectors, _nulls = seg.vector_data(name)
+            vectors = np.asarray(vectors, dtype=np.float32)
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            unit = vectors / np.where(norms == 0, 1.0, norms)
+            self.units[key] = unit
+        return unit
+
+
+def install_cached_visibility() -> None:
+    """Patch Lite's dense and sparse search to reuse visibility per generation (idempotent)."""
+    from milvus_lite.engine import collection as module
+
+    if getattr(module.Collection.search, "_memd_visible", False):
+        return
+    search, dense = module.Collection.search, module.execute_search_with_index
+    sparse = module.Collection._search_sparse
+
+    @functools.wraps(search)
+    def collection_search(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _SEARCHING.set(self)  # the dense executor is not told its collection
+        try:
+            return search(self, *args, **kwargs)
+        finally:
+            _SEARCHING.reset(token)
+
+    @functools.wraps(dense)
+    def search_dense(*args: Any, **kwargs: Any) -> Any:
+        coll = _SEARCHING.get()
+        if args or coll is None:
+            return dense(*args, **kwargs)
+        return _dense(coll, kwargs, fallback=lambda: dense(**kwargs))
+
+    @functools.wraps(sparse)  # lite_bm25 binds its arguments by this signature
+    def search_sparse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            return sparse(self, *args, **kwargs)
+        return _sparse(self, kwargs, fallback=lambda: sparse(self, **kwargs))
+
+    index_segments = module.Collection._ensure_loaded_segments_indexed
+
+    @functools.wraps(index_segments)
+    def index_then_warm(self: Any) -> int:
+        built: int = index_segments(self)
+        if self._load_state == "loaded":
+            try:
+                warm(self)
+            except Exception:  # a search builds what is missing, as Lite's own code would
+                log.exception("index.warm_failed")
+        return built
+
+    read_snapshot, refresh = (
+        module.Collection._read_snapshot,
+        module.Collection._refresh_segment_cache,
+    )
+
+    @functools.wraps(read_snapshot)
+    def snapshot(self: Any) -> Any:
+        if _SEARCHING.get() is not self:
+            return read_snapshot(self)
+        return _search_snapshot(self, read_snapshot)
+
+    @functools.wraps(refresh)
+    def refresh_and_count(self: Any) -> Any:
+        result = refresh(self)  # under the maintenance lock, as every caller holds it
+        count = self._memd_refreshes = getattr(self, "_memd_refreshes", 0) + 1
+        # The snapshot right after the change, for the searches that come while the
+        # compaction this flush schedules holds the lock.
+        if hasattr(self, "_maintenance_lock"):  # not yet while the collection opens
+            self._memd_last_snapshot = (count, read_snapshot(self))
+        return result
+
+    collection_search._memd_visible = True  # type: ignore[attr-defined]
+    module.Collection.search = collection_search
+    module.Collection._read_snapshot = snapshot
+    module.Collection._refresh_segment_cache = refresh_and_count
+    module.Collection._ensure_loaded_segments_indexed = index_then_warm
+    module.execute_search_with_index = search_dense
+    module.Collection._search_sparse = search_sparse
+
+
+def generation(coll: Any) -> tuple[tuple[Any, ...], Any, _Generation] | None:
+    """The read snapshot and its visibility, or None when Lite's own code must decide
+    (rows or deletes still in the memtable).
+
+    The memtable is checked before the snapshot is taken: a row that was in it then is
+    answered by Lite's code; a row flushed since is in the snapshot's segments."""
+    if coll._memtable.size():
+        return None
+    segments, deltas = coll._read_snapshot()
+    cached: _Generation | None = getattr(coll, _CACHE, None)
+    if cached is not None and cached.matches(segments, deltas._map):
+        return segments, deltas, cached
+    with _BUILDING:  # one thread derives it; the others then find it
+        cached = getattr(coll, _CACHE, None)
+        if cached is not None and cached.matches(segments, deltas._map):
+            return segments, deltas, cached
+        fresh = _derive(cached, segments, dict(deltas._map))
+        setattr(coll, _CACHE, fresh)
+    return segments, deltas, fresh
+
+
+def _search_snapshot(coll: Any, read_snapshot: Callable[[Any], Any]) -> Any:
+    """Lite's read snapshot for a search; while another thread holds the maintenance lock,
+    the last one taken if the segment cache has not changed since.
+
+    Lite's background compaction holds that lock while it merges segments (30-150 ms
+    measured at 10k chunks), and every search waited for it. A compaction changes which
+    files hold the rows, not which rows are visible, and segments are immutable, so the
+    snapshot from before it answers the same. Anything that does change the segment cache
+    (a flush, a finished compaction, a load) counts in `_memd_refreshes` under the lock; a
+    snapshot taken before such a change is not reused."""
+    lock = coll._maintenance_lock
+    if lock.acquire(blocking=False):
+        try:
+            refreshes = getattr(coll, "_memd_refreshes", 0)
+            snap = read_snapshot(coll)
+        finally:
+            lock.release()
+        coll._memd_last_snapshot = (refreshes, snap)
+        return snap
+    last = getattr(coll, "_memd_last_snapshot", None)
+    if last is not None and last[0] == getattr(coll, "_memd_refreshes", 0):
+        return last[1]
+    return read_snapshot(coll)
+
+
+def warm(coll: Any) -> None:
+    """Compute what the next search needs (visibility, unit vectors, BM25 indexes of new
+    segments) in Lite's background worker, which calls this after every flush and
+    compaction, rather than in the first search after them (a compacted segment's BM25
+    index took 150-400 ms to build inside a search)."""
+    from milvus_lite.schema.types import DataType
+
+    snap = generation(coll)
+    if snap is None:
+        return
+    segments, _deltas, gen = snap
+    for spec in list(coll._index_specs.values()):
+        dtype = next((f.dtype for f in coll._schema.fields if f.name == spec.field_name), None)
+        for seg in segments:
+            if seg.num_rows == 0:
+                continue
+            if dtype == DataType.SPARSE_FLOAT_VECTOR and spec.metric_type.upper() == "BM25":
+                _sparse_index(coll, seg, spec.field_name, "BM25")
+            elif dtype == DataType.FLOAT_VECTOR and spec.metric_type.upper() == "COSINE":
+                gen.unit_vectors(seg, spec.field_name)
+
+
+def _derive(
+    prev: _Generation | None, segments: tuple[Any, ...], deletes: dict[Any, int]
+) -> _Generation:
+    """The visibility of a new snapshot, from the previous one where that is cheaper.
+
+    A flush adds a segment, a compaction swaps some for their merge, a delete adds a
+    tombstone: only the keys in segments that came or went, or whose tombstone changed,
+    can change which row is visible. Everything else is copied."""
+    if prev is None:
+        return _full(segments, deletes)
+    before, now = {id(s) for s in prev.segments}, {id(s) for s in segments}
+    moved = [s for s in segments if id(s) not in before]
+    moved += [s for s in prev.segments if id(s) not in now]
+    changed = {pk for seg in moved for pk in seg.pks}
+    changed.update(pk for pk, seq in deletes.items() if prev.deletes.get(pk) != seq)
+    changed.update(pk for pk in prev.deletes if pk not in deletes)
+    if len(changed) > len(prev.newest) // 2:
+        return _full(segments, deletes)
+    newest = dict(prev.newest)
+    for pk in changed:
+        seqs = [int(s.seqs[row]) for s in segments if (row := s.pk_to_row.get(pk)) is not None]
+        if seqs:
+            newest[pk] = max(seqs)
+        else:
+            newest.pop(pk, None)
+    masks = {}
+    for seg in segments:
+        if id(seg) not in before:
+            masks[id(seg)] = _mask(seg, newest, deletes)
+            continue
+        mask = prev.masks[id(seg)]
+        rows = [(row, pk) for pk in changed if (row := seg.pk_to_row.get(pk)) is not None]
+        if rows:
+            mask = mask.copy()
+            for row, pk in rows:
+                seq = int(seg.seqs[row])
+                mask[row] = newest[pk] == seq and deletes.get(pk, -1) <= seq
+        masks[id(seg)] = mask
+    units = {k: v for k, v in prev.units.items() if k[0] in now}  # still right
+    return _Generation(segments, deletes, newest, masks, units)
+
+
+def _full(segments: tuple[Any, ...], deletes: dict[Any, int]) -> _Generation:
+    newest: dict[Any, int] = {}
+    for seg in segments:
+        for pk, seq in zip(seg.pks, seg.seqs.tolist(), strict=True):
+            if seq > newest.get(pk, -1):
+                newest[pk] = seq
+    masks = {id(seg): _mask(seg, newest, deletes) for seg in segments}
+    return _Generation(segments, deletes, newest, masks)
+
+
+def _mask(seg: Any, newest: dict[Any, int], deletes: dict[Any, int]) -> np.ndarray:
+    """The segment's rows holding their key's newest version, not deleted since."""
+    seqs = seg.seqs.tolist()
+    return np.fromiter(
+        (
+            newest[pk] == seq and deletes.get(pk, -1) <= seq
+            for pk, seq in zip(seg.pks, seqs, strict=True)
+        ),
+        dtype=bool,
+        count=len(seqs),
+    )
+
+
+def _row_mask(gen: _Generation, seg: Any, compiled: Any, plan: Any) -> np.ndarray:
+    mask = gen.masks[id(seg)]
+    if compiled is not None:
+        from milvus_lite.search.indexed_filter import evaluate_segment_filter
+
+        mask = mask & evaluate_segment_filter(seg, compiled, plan)
+    return mask
+
+
+# -- dense ---------------------------------------------------------------------------------
+
+
+def _dense(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
+    """Lite's execute_search_with_index, with visibility and unit vectors reused."""
+    if kw.get("partition_names") or kw["top_k"] <= 0 or kw.get("project_record_fn") is None:
+        return fallback()
+    snap = generation(coll)
+    if snap is None:
+        return fallback()
+    segments, _deltas, gen = snap
+    queries = np.atleast_2d(np.asarray(kw["query_vectors"], dtype=np.float32))
+    field_name, top_k, metric = kw["vector_field"], kw["top_k"], kw["metric_type"]
+    in_scope = [seg for seg in segments if seg.num_rows > 0]
+    per_query: list[list[tuple[float, int, int]]] = [[] for _ in range(len(queries))]
+    for source, seg in enumerate(in_scope):
+        mask = _row_mask(gen, seg, kw.get("compiled_filter"), kw.get("indexed_filter_plan"))
+        _vectors, nulls = seg.vector_data(field_name)
+        if nulls is not None:
+            mask = mask & nulls
+        if not mask.any():
+            continue
+        ids, dists = _segment_top_k(gen, seg, field_name, metric, queries, top_k, mask, kw)
+        for q in range(len(queries)):
+            for j in range(top_k):
+                if ids[q, j] < 0:
+                    break
+                per_query[q].append((float(dists[q, j]), source, int(ids[q, j])))
+    project = kw["project_record_fn"]
+    out = []
+    for candidates in per_query:
+        candidates.sort()
+        out.append(
+            [
+                {
+                    "id": in_scope[source].pks[row],
+                    "distance": dist,
+                    "entity": project(in_scope[source].row_to_dict(row)),
+                }
+                for dist, source, row in candidates[:top_k]
+            ]
+        )
+    return out
+
+
+def _segment_top_k(
+    gen: _Generation,
+    seg: Any,
+    name: str,
+    metric: str,
+    queries: np.ndarray,
+    top_k: int,
+    mask: np.ndarray,
+    kw: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray]:
+    from milvus_lite.index.brute_force import BruteForceIndex
+
+    index = seg.indexes.get(name)
+    if metric.upper() != "COSINE" or not (index is None or isinstance(index, BruteForceIndex)):
+        if index is None:
+            index = BruteForceIndex.build(seg.vector_data(name)[0], metric)
+        return index.search(
+            queries,
+            top_k,
+            valid_mask=None if mask.all() else mask,
+            params=kw.get("search_params"),
+        )
+    norms = np.linalg.norm(queries, axis=1, keepdims=True)
+    unit_q = queries / np.where(norms == 0, 1.0, norms)
+    dists = np.maximum(1.0 - unit_q @ gen.unit_vectors(seg, name).T, 0.0)
+    return _top_k(dists, mask, top_k)
+
+
+def _top_k(dists: np.ndarray, mask: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top_k smallest distances among the masked rows, padded with -1 / inf."""
+    nq = dists.shape[0]
+    ids = np.full((nq, top_k), -1, dtype=np.int64)
+    out = np.full((nq, top_k), np.inf, dtype=np.float32)
+    valid = np.flatnonzero(mask)
+    k = min(top_k, valid.size)
+    for q in range(nq):
+        row = dists[q, valid]
+        part = np.argpartition(row, k - 1)[:k] if k < valid.size else np.arange(valid.size)
+        order = part[np.argsort(row[part], kind="stable")]
+        ids[q, :k] = valid[order]
+        out[q, :k] = row[order]
+    return ids, out
+
+
+# -- sparse --------------------------------------------------------------------------------
+
+
+def _sparse(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
+    """Lite's Collection._search_sparse, with visibility reused."""
+    from milvus_lite.engine.projection import build_projection_plan, project_record
+    from milvus_lite.index.sparse_factory import _search_prepared_sparse_index
+
+    if kw.get("partition_names") or kw["top_k"] <= 0:
+        return fallback()
+    snap = generation(coll)
+    if snap is None:
+        return fallback()
+    segments, _deltas, gen = snap
+    name, top_k, metric = kw["vector_field"], kw["top_k"], kw["metric_type"]
+    queries = coll._prepare_sparse_queries(kw["query_vectors"], name)
+    expr = kw.get("expr")
+    compiled = coll._compile_filter(expr, timezone=kw.get("timezone")) if expr else None
+    plan = coll._indexed_filter_plan(compiled)
+    per_query: list[list[tuple[float, int, Any]]] = [[] for _ in queries]
+    for seg in segments:
+        if seg.table is None or len(seg.table) == 0:
+            continue
+        mask = _row_mask(gen, seg, compiled, plan)
+        if not mask.any():
+            continue
+        index = _sparse_index(coll, seg, name, metric)
+        ids, dists = _search_prepared_sparse_index(index, queries, top_k, valid_mask=mask)
+        for q in range(len(queries)):
+            for j in range(top_k):
+                if ids[q, j] < 0:
+                    break
+                per_query[q].append((float(dists[q, j]), int(ids[q, j]), seg))
+    projection = build_projection_plan(kw.get("output_fields"), coll._schema, api_kind="search")
+    out = []
+    for candidates in per_query:
+        candidates.sort(key=lambda c: c[0])
+        hits = []
+        for dist, row, seg in candidates[:top_k]:
+            table = seg.table
+            record = {
+                column: table.column(column)[row].as_py()
+                for column in table.column_names
+                if column not in ("_seq", "_partition")
+            }
+            entity = project_record(record, coll._schema, projection)
+            hits.append({"id": seg.pks[row], "distance": dist, "entity": entity})
+        out.append(hits)
+    return out
+
+
+def _sparse_index(coll: Any, seg: Any, name: str, metric: str) -> Any:
+    """The segment's cached sparse index, built as Lite's search builds it."""
+    from milvus_lite.analyzer.sparse import bytes_to_sparse
+    from milvus_lite.index.sparse_factory import create_sparse_index, sparse_index_matches
+
+    spec = coll._index_specs.get(name)
+    params = spec.build_params if spec else {}
+    index = seg.sparse_indexes.get(name)
+    if sparse_index_matches(index, metric, params):
+        return index
+    with _BUILDING:  # a search waits for the background warm-up instead of racing it
+        index = seg.sparse_indexes.get(name)
+        if not sparse_index_matches(index, metric, params):
+            rows = seg.table.column(name).to_pylist()
+            index = create_sparse_index(metric, params)
+            index.build([bytes_to_sparse(r) if isinstance(r, bytes) else (r or {}) for r in rows])
+            seg.sparse_indexes[name] = index
+    return index

@@ -311,21 +311,11 @@ def _dense(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
                 if ids[q, j] < 0:
                     break
                 per_query[q].append((float(dists[q, j]), source, int(ids[q, j])))
-    project = kw["project_record_fn"]
-    out = []
-    for candidates in per_query:
-        candidates.sort()
-        out.append(
-            [
-                {
-                    "id": in_scope[source].pks[row],
-                    "distance": dist,
-                    "entity": project(in_scope[source].row_to_dict(row)),
-                }
-                for dist, source, row in candidates[:top_k]
-            ]
-        )
-    return out
+    chosen = [sorted(candidates)[:top_k] for candidates in per_query]
+    return [
+        _hits(coll, [(dist, in_scope[source], row) for dist, source, row in picks], kw)
+        for picks in chosen
+    ]
 
 
 def _segment_top_k(
@@ -377,7 +367,6 @@ def _top_k(dists: np.ndarray, mask: np.ndarray, top_k: int) -> tuple[np.ndarray,
 
 def _sparse(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
     """Lite's Collection._search_sparse, with visibility reused."""
-    from milvus_lite.engine.projection import build_projection_plan, project_record
     from milvus_lite.index.sparse_factory import _search_prepared_sparse_index
 
     if kw.get("partition_names") or kw["top_k"] <= 0:
@@ -391,7 +380,7 @@ def _sparse(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
     expr = kw.get("expr")
     compiled = coll._compile_filter(expr, timezone=kw.get("timezone")) if expr else None
     plan = coll._indexed_filter_plan(compiled)
-    per_query: list[list[tuple[float, int, Any]]] = [[] for _ in queries]
+    per_query: list[list[tuple[float, Any, int]]] = [[] for _ in queries]
     for seg in segments:
         if seg.table is None or len(seg.table) == 0:
             continue
@@ -404,23 +393,46 @@ def _sparse(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
             for j in range(top_k):
                 if ids[q, j] < 0:
                     break
-                per_query[q].append((float(dists[q, j]), int(ids[q, j]), seg))
-    projection = build_projection_plan(kw.get("output_fields"), coll._schema, api_kind="search")
-    out = []
-    for candidates in per_query:
-        candidates.sort(key=lambda c: c[0])
-        hits = []
-        for dist, row, seg in candidates[:top_k]:
-            table = seg.table
-            record = {
-                column: table.column(column)[row].as_py()
-                for column in table.column_names
-                if column not in ("_seq", "_partition")
-            }
-            entity = project_record(record, coll._schema, projection)
-            hits.append({"id": seg.pks[row], "distance": dist, "entity": entity})
-        out.append(hits)
-    return out
+                per_query[q].append((float(dists[q, j]), seg, int(ids[q, j])))
+    return [
+        _hits(coll, sorted(candidates, key=lambda c: c[0])[:top_k], kw) for candidates in per_query
+    ]
+
+
+def _hits(
+    coll: Any, picks: list[tuple[float, Any, int]], kw: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Lite's hit dicts for (distance, segment, row) picks, in their order.
+
+    Only the columns the projection reads are taken, one `take` per segment: reading
+    every column of a hit cell by cell (its 256-float embedding included, as Lite does)
+    was most of a search once visibility was cached."""
+    from milvus_lite.engine.projection import build_projection_plan, project_record
+
+    plan = build_projection_plan(kw.get("output_fields"), coll._schema, api_kind="search")
+    records: dict[tuple[int, int], dict[str, Any]] = {}
+    by_segment: dict[int, tuple[Any, list[int]]] = {}
+    for _dist, seg, row in picks:
+        by_segment.setdefault(id(seg), (seg, []))[1].append(row)
+    for seg, rows in by_segment.values():
+        table = seg.table
+        wanted = plan.engine_fields
+        columns = [
+            c
+            for c in table.column_names
+            if c not in ("_seq", "_partition")
+            and (wanted is None or c in wanted or c == coll._pk_name)
+        ]
+        taken = table.select(columns).take(rows).to_pylist()
+        records.update({(id(seg), row): rec for row, rec in zip(rows, taken, strict=True)})
+    return [
+        {
+            "id": seg.pks[row],
+            "distance": dist,
+            "entity": project_record(records[(id(seg), row)], coll._schema, plan),
+        }
+        for dist, seg, row in picks
+    ]
 
 
 def _sparse_index(coll: Any, seg: Any, name: str, metric: str) -> Any:

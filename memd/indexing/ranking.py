@@ -20,6 +20,7 @@ coefficients are calibrated for the bundled model; other models' cosines sit els
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Sequence
@@ -60,7 +61,14 @@ def coverage(query_terms: Sequence[str], content: str) -> float:
     wanted = set(query_terms)
     if not wanted:
         return 0.0
-    return len(wanted & set(terms(content))) / len(wanted)
+    return len(wanted & _term_set(content)) / len(wanted)
+
+
+@functools.lru_cache(maxsize=4096)
+def _term_set(content: str) -> frozenset[str]:
+    """A chunk's analyzed terms, remembered: each recall analyses 20-40 candidates' texts,
+    mostly the same chunks again (~3 ms of a recall at 10k chunks, profiled)."""
+    return frozenset(terms(content))
 
 
 def relevance(cosine: float, covered: float) -> float:

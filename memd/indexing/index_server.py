@@ -103,7 +103,11 @@ def zygote_preload() -> None:
 
 
 class IndexServer:
-    """Open the database, serve it on the socket, and tear both down in order."""
+    """One client's index: open the database, serve it on the socket, tear both down.
+
+    The single-client process (`serve`) runs one; memd's shared index server
+    (`memd.indexing.shared_index_server`) runs one per client in a single process.
+    """
 
     def __init__(self, data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS):
         self.data_dir = data_dir
@@ -151,7 +155,18 @@ class IndexServer:
         os.chmod(self.socket_path, 0o600)
         self._server.start()
 
+    def ready_record(self) -> dict[str, Any]:
+        """The JSON line printed once this client's index serves (memd and tests read it)."""
+        return {
+            "event": "index_server_ready",
+            "socket": str(self.socket_path),
+            "data_dir": str(self.data_dir),
+            "pid": os.getpid(),
+        }
+
     def stop(self, grace: float = 2.0) -> None:
+        """Stop serving, close the database (clearing the open marker), remove the socket;
+        safe after a failed start and when called twice."""
         if self._server is not None:
             self._server.stop(grace).wait(grace + 3)
             self._server = None
@@ -162,6 +177,21 @@ class IndexServer:
         if self._bound:
             self.socket_path.unlink(missing_ok=True)
             self._bound = False
+
+
+def open_index_server(
+    data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS
+) -> IndexServer:
+    """A started `IndexServer`; on failure whatever it had opened is closed again and the
+    error raised (the database lock and a half-bound socket must not linger)."""
+    server = IndexServer(data_dir, socket_path, workers)
+    try:
+        server.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            server.stop(grace=0)
+        raise
+    return server
 
 
 def load_all_collections(db: Any) -> int:
@@ -224,26 +254,13 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server = IndexServer(data_dir, socket_path, workers)
     try:
-        server.start()
+        server = open_index_server(data_dir, socket_path, workers)
     except Exception as exc:
         log.error("index.server_failed", error=str(exc), data_dir=str(data_dir))
-        with contextlib.suppress(Exception):
-            server.stop(grace=0)
         return 1
     started = time.monotonic()
-    print(
-        json.dumps(
-            {
-                "event": "index_server_ready",
-                "socket": str(socket_path),
-                "data_dir": str(data_dir),
-                "pid": os.getpid(),
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps(server.ready_record()), flush=True)
     try:
         stop.wait()  # a signal interrupts the wait and its handler sets the event
     finally:

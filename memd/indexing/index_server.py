@@ -48,6 +48,15 @@ log = structlog.get_logger()
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 OPEN_MARKER = ".memd-open"  # present while a server has the database open
 DEFAULT_WORKERS = 8
+GRPC_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # pymilvus pings every 10 s even when idle; gRPC's default server policy (5 min)
+    # answers that with GOAWAY too_many_pings and the client reconnects. Allow the pings.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.http2.max_ping_strikes", 0),
+)
 
 
 def _servicer_class() -> type:
@@ -118,11 +127,21 @@ class IndexServer:
         self._bound = False
 
     def start(self) -> None:
-        """Open the database first: if another process holds its lock we fail before
-        touching a socket that process may be serving."""
+        """Open the database, then serve it on the socket with a thread-pool gRPC server."""
         import grpc
+
+        self.open_database()
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
+            options=list(GRPC_OPTIONS),
+        )
+        self.bind(self._server)
+        self._server.start()
+
+    def open_database(self) -> None:
+        """Open the database first: if another process holds its lock we fail before
+        touching a socket that process may be serving. Blocking (a purge rebuilds)."""
         from milvus_lite.db import MilvusLite
-        from pymilvus.grpc_gen import milvus_pb2_grpc
 
         analysis.install_lite_analyzers()  # before any collection's analyzer is built
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -134,26 +153,16 @@ class IndexServer:
         load_all_collections(self._db)
         _check_private_dir(self.socket_path.parent)
         self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                # pymilvus pings every 10 s even when idle; gRPC's default server
-                # policy (5 min) answers that with GOAWAY too_many_pings and the
-                # client reconnects. Allow the pings instead.
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
-        )
-        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(
-            _servicer_class()(self._db), self._server
-        )
-        self._server.add_insecure_port(f"unix:{self.socket_path}")
+
+    def bind(self, server: Any) -> None:
+        """Add the servicer and the socket to a not yet started gRPC server (a thread-pool
+        one here, an asyncio one in the shared index server)."""
+        from pymilvus.grpc_gen import milvus_pb2_grpc
+
+        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(_servicer_class()(self._db), server)
+        server.add_insecure_port(f"unix:{self.socket_path}")
         self._bound = True
         os.chmod(self.socket_path, 0o600)
-        self._server.start()
 
     def ready_record(self) -> dict[str, Any]:
         """The JSON line printed once this client's index serves (memd and tests read it)."""
@@ -170,6 +179,11 @@ class IndexServer:
         if self._server is not None:
             self._server.stop(grace).wait(grace + 3)
             self._server = None
+        self.close_database()
+
+    def close_database(self) -> None:
+        """Close the database (clearing the open marker) and remove the socket; once the
+        gRPC server serving them has stopped."""
         if self._db is not None:
             self._db.close()
             self._db = None

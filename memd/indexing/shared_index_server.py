@@ -7,8 +7,11 @@ watchers, recall, forget, rebuild and export do not know the difference. What is
 is the interpreter: the imports (~85 MB), gRPC's process-wide threads (event engine,
 timers) and the Milvus Lite engine's code, which 20 separate servers pay 20 times.
 
-One gRPC server per client, not one server with a port per client: a servicer cannot
-tell which socket a call came in on, and the clients' databases must not mix.
+One gRPC server per client, not one server with a port per client: a servicer sees no
+socket, only the client-chosen `:authority` header (through a private attribute), and
+the clients' databases must not mix; nor can a started server take another port. The
+servers are `grpc.aio` ones on one event loop (see `ClientServer`): the thread-pool
+servers' per-server polling would keep most of the idle CPU this process saves.
 
 memd owns the list of clients: a JSON manifest, `{"clients": {id: {"data_dir": ...,
 "socket": ...}}}`, that it rewrites whole. The process reads it at start, so a restart
@@ -29,26 +32,26 @@ sockets.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import signal
-import socket
 import sys
-import threading
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from memd.indexing import index_server
-from memd.indexing.index_server import IndexServer, open_index_server
+from memd.indexing.index_server import IndexServer
 
 log = structlog.get_logger()
 
 CONTROL_TIMEOUT = 30.0  # seconds a control connection may take to send its line
 MAX_LINE = 64 * 1024
-WORKERS = 4  # gRPC worker threads per client (created on demand)
+WORKERS = 16  # threads running every client's calls (created on demand)
 
 
 def zygote_preload() -> None:
@@ -73,41 +76,82 @@ def read_manifest(path: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+class ClientServer:
+    """One client's `IndexServer` served by an asyncio gRPC server.
+
+    The thread-pool `grpc.server` of the single-client process runs one completion-queue
+    thread per server that wakes 5 times a second: 20 of them in one process cost
+    ~120 wake-ups/s and 0.8 % of a core idle (measured). `grpc.aio` servers share the
+    process's one poller, which sleeps until there is work (20 idle: 8 wake-ups/s,
+    0.08 %). The servicer stays synchronous and runs in the shared thread pool."""
+
+    def __init__(self, data_dir: Path, sock: Path, pool: futures.ThreadPoolExecutor) -> None:
+        self.index = IndexServer(data_dir, sock)
+        self._pool = pool
+        self._server: Any = None
+
+    @property
+    def place(self) -> tuple[Path, Path]:
+        return (self.index.data_dir, self.index.socket_path)
+
+    async def start(self) -> None:
+        import grpc
+
+        try:
+            await asyncio.to_thread(self.index.open_database)
+            self._server = grpc.aio.server(
+                migration_thread_pool=self._pool, options=list(index_server.GRPC_OPTIONS)
+            )
+            self.index.bind(self._server)
+            await self._server.start()
+        except BaseException:
+            await self.stop(grace=0)
+            raise
+
+    async def stop(self, grace: float = 2.0) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.stop(grace), grace + 3)
+        await asyncio.to_thread(self.index.close_database)
+
+
 class SharedIndexServer:
-    """The clients' `IndexServer`s, kept in step with the manifest (thread-safe)."""
+    """The clients' servers, kept in step with the manifest (one sync at a time)."""
 
     def __init__(self, manifest: Path, workers: int = WORKERS) -> None:
         self.manifest = manifest
-        self._workers = workers
-        self._servers: dict[str, IndexServer] = {}
+        self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="index-rpc")
+        self._servers: dict[str, ClientServer] = {}
         self._failed: dict[str, str] = {}
-        self._lock = threading.Lock()  # the control thread syncs, the main thread closes
+        self._lock = asyncio.Lock()
         self._closed = False
 
-    def sync(self) -> dict[str, Any]:
+    async def sync(self) -> dict[str, Any]:
         """Stop the clients no longer listed (or moved), start the new ones; a client
         that failed before is tried again."""
-        with self._lock:
+        async with self._lock:
             if self._closed:
-                return self._report()
+                return {"ok": True, **self._report()}
             try:
-                wanted = read_manifest(self.manifest)
+                wanted = await asyncio.to_thread(read_manifest, self.manifest)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.error("index.manifest_unreadable", path=str(self.manifest), error=str(exc))
                 return {"ok": False, "error": f"manifest: {exc}", **self._report()}
             for client_id in sorted(set(self._servers) | set(self._failed)):
                 server = self._servers.get(client_id)
-                place = (server.data_dir, server.socket_path) if server else None
-                if client_id not in wanted or (place is not None and place != wanted[client_id]):
-                    self._remove(client_id)
+                moved = server is not None and server.place != wanted.get(client_id)
+                if client_id not in wanted or moved:
+                    await self._remove(client_id)
             for client_id, (data_dir, sock) in sorted(wanted.items()):
                 if client_id not in self._servers:
-                    self._add(client_id, data_dir, sock)
+                    await self._add(client_id, data_dir, sock)
             return {"ok": True, **self._report()}
 
-    def _add(self, client_id: str, data_dir: Path, sock: Path) -> None:
+    async def _add(self, client_id: str, data_dir: Path, sock: Path) -> None:
+        server = ClientServer(data_dir, sock, self._pool)
         try:
-            server = open_index_server(data_dir, sock, self._workers)
+            await server.start()
         except Exception as exc:
             log.error(
                 "index.server_failed", client=client_id, error=str(exc), data_dir=str(data_dir)
@@ -116,15 +160,15 @@ class SharedIndexServer:
             return
         self._failed.pop(client_id, None)
         self._servers[client_id] = server
-        print(json.dumps({**server.ready_record(), "client": client_id}), flush=True)
+        print(json.dumps({**server.index.ready_record(), "client": client_id}), flush=True)
 
-    def _remove(self, client_id: str) -> None:
+    async def _remove(self, client_id: str) -> None:
         self._failed.pop(client_id, None)
         server = self._servers.pop(client_id, None)
         if server is None:
             return
         try:
-            server.stop(grace=1.0)
+            await server.stop(grace=1.0)
         except Exception:
             log.exception("index.server_stop_failed", client=client_id)
         log.info("index.client_removed", client=client_id)
@@ -133,90 +177,76 @@ class SharedIndexServer:
         return {"serving": sorted(self._servers), "failed": dict(self._failed)}
 
     def report(self) -> dict[str, Any]:
-        with self._lock:
-            return {"ok": True, **self._report()}
+        return {"ok": True, **self._report()}
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Stop every client's server; later syncs do nothing."""
-        with self._lock:
+        async with self._lock:
             self._closed = True
             for client_id in sorted(self._servers):
-                self._remove(client_id)
+                await self._remove(client_id)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _bind_control(path: Path) -> socket.socket:
-    index_server._check_private_dir(path.parent)
-    path.unlink(missing_ok=True)  # a stale one from a killed process
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
-    os.chmod(path, 0o600)
-    sock.listen(16)
-    return sock
-
-
-def _answer(shared: SharedIndexServer, conn: socket.socket) -> None:
+async def _answer(
+    shared: SharedIndexServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     """One request line, one answer line; any bad input gets an error answer."""
-    conn.settimeout(CONTROL_TIMEOUT)
-    with conn, conn.makefile("rwb") as stream:
-        line = stream.readline(MAX_LINE)
+    try:
+        line = await asyncio.wait_for(reader.readline(), CONTROL_TIMEOUT)
         try:
             request = json.loads(line)
             op = request.get("op") if isinstance(request, dict) else None
         except ValueError:
             op = None
         if op == "sync":
-            answer = shared.sync()
+            answer = await shared.sync()
         elif op == "status":
             answer = shared.report()
         else:
             answer = {"ok": False, "error": 'expected {"op": "sync"} or {"op": "status"}'}
-        stream.write(json.dumps(answer).encode() + b"\n")
-        stream.flush()
+        writer.write(json.dumps(answer).encode() + b"\n")
+        await writer.drain()
+    except (OSError, TimeoutError, ValueError) as exc:
+        log.warning("index.control_failed", error=str(exc))
+    finally:
+        writer.close()
 
 
-def _control_loop(shared: SharedIndexServer, listener: socket.socket) -> None:
-    """Serve control requests one at a time until the listener is closed."""
-    while True:
-        try:
-            conn, _ = listener.accept()
-        except OSError:
-            return  # closed by the main thread on stop
-        try:
-            _answer(shared, conn)
-        except Exception:
-            log.exception("index.control_failed")
-
-
-def serve(manifest: Path, control: Path, workers: int = WORKERS) -> int:
-    """Run until SIGINT/SIGTERM; the handlers only set an event."""
-    os.umask(0o077)
-    stop = threading.Event()
+async def _serve(manifest: Path, control: Path, workers: int) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        loop.add_signal_handler(sig, stop.set)
     shared = SharedIndexServer(manifest, workers)
-    shared.sync()
+    await shared.sync()
     try:
-        listener = _bind_control(control)
+        index_server._check_private_dir(control.parent)
+        control.unlink(missing_ok=True)  # a stale one from a killed process
+        listener = await asyncio.start_unix_server(
+            lambda r, w: _answer(shared, r, w), path=str(control), limit=MAX_LINE
+        )
+        os.chmod(control, 0o600)
     except Exception as exc:
         log.error("index.control_failed", error=str(exc), control=str(control))
-        shared.close()
+        await shared.close()
         return 1
-    thread = threading.Thread(
-        target=_control_loop, args=(shared, listener), name="index-control", daemon=True
-    )
-    thread.start()
     ready = {"event": "shared_index_server_ready", "control": str(control), "pid": os.getpid()}
     print(json.dumps(ready), flush=True)
     try:
-        stop.wait()
+        await stop.wait()
     finally:
         log.info("index.shared_server_stopping", clients=len(shared.report()["serving"]))
-        with contextlib.suppress(OSError):
-            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         control.unlink(missing_ok=True)
-        shared.close()
+        await shared.close()
     return 0
+
+
+def serve(manifest: Path, control: Path, workers: int = WORKERS) -> int:
+    """Run until SIGINT/SIGTERM."""
+    os.umask(0o077)
+    return asyncio.run(_serve(manifest, control, workers))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--manifest", type=Path, required=True, help="memd's list of clients")
     parser.add_argument("--control", type=Path, required=True, help="control socket path")
-    parser.add_argument("--workers", type=int, default=WORKERS, help="gRPC workers per client")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="threads for all calls")
     args = parser.parse_args(argv)
     from memd import heap
     from memd.logs import configure_logging

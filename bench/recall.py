@@ -459,6 +459,9 @@ def main() -> None:
     )
     ap.add_argument("--burst", type=int, default=200, help="records before the second round")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds before the first round")
+    ap.add_argument(
+        "--shared-index", action="store_true", help="supervision.shared_index_server = true"
+    )
     args = ap.parse_args()
     if args.questions:
         recall_questions.run(args.exchanges, args.queries, args.burst, args.settle, args.seed)
@@ -475,7 +478,8 @@ def main() -> None:
     queries = make_queries(args.queries, start, span, args.seed)
     print(machine())
     clients = {CLIENT: {"memory_enabled": True, "mode": "mcp_via_llm"}}
-    with running_daemon(clients=clients) as memd:
+    supervision = {"shared_index_server": args.shared_index}
+    with running_daemon(clients=clients, supervision=supervision) as memd:
         wait_searchable(memd, CLIENT)
         conns = Connections(memd)
         view = IndexView.of(memd, CLIENT)

@@ -124,6 +124,18 @@ def test_two_clients_record_and_recall_through_one_index_server_and_one_can_leav
         0.3,
         "ann still indexed and recalled after bea left",
     )
+    # forget drops ann's index (its last client stops the shared process) and rebuilds it
+    with memd.client(timeout=300) as client:
+        client.call("memory.forget", {"client_id": "ann", "all": True})
+    assert not recall_finds(sock, "ann", "ferry called", "Plover-12")
+    _record(sock, "ann", "Where is the spare oar?", "The spare oar is under the Tern-5 bench.")
+    wait_for(
+        lambda: recall_finds(sock, "ann", "spare oar", "Tern-5"),
+        90,
+        0.3,
+        "ann indexed again after forget rebuilt its index",
+    )
+    _one_shared_server(memd.proc.pid, [sockets["ann"]])
 
 
 OUTAGE = {

@@ -51,11 +51,18 @@ log = structlog.get_logger()
 
 CONTROL_TIMEOUT = 30.0  # seconds a control connection may take to send its line
 MAX_LINE = 64 * 1024
-WORKERS = 16  # threads running every client's calls (created on demand)
+# Threads running every client's calls, made on demand. Not fewer: at 20 clients under
+# bench/load.py, 16 were all held by writes (each waits for its client's write lock and
+# flush) and recalls queued behind them past memd's 10 s timeout (21 % index_unavailable);
+# with 64 none failed.
+WORKERS = 64
 
 
 def zygote_preload() -> None:
-    """What memd's zygote imports before forking this: the index server's modules."""
+    """What memd's zygote imports before forking this: the index server's modules and
+    gRPC's asyncio layer (importing it starts no thread; its poller starts with a server)."""
+    import grpc.aio  # noqa: F401
+
     index_server.zygote_preload()
 
 

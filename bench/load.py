@@ -319,6 +319,9 @@ def main() -> None:
         help="idle seconds after the load before memory is measured again",
     )
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument(
+        "--shared-index", action="store_true", help="supervision.shared_index_server = true"
+    )
     args = ap.parse_args()
 
     ids = client_ids(args.clients)
@@ -332,7 +335,8 @@ def main() -> None:
     )
     figures: dict[str, Any] = {"args": vars(args) | {"json": str(args.json)}, "machine": machine()}
     t0 = time.monotonic()
-    with running_daemon(clients=clients) as memd:
+    supervision = {"shared_index_server": args.shared_index}
+    with running_daemon(clients=clients, supervision=supervision) as memd:
         assert memd.proc is not None
         pid = memd.proc.pid
         ready = time.monotonic() - t0

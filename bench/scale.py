@@ -1,9 +1,12 @@
 """Cost of N enabled clients: memory per process kind, time to RUNNING, recovery, idle CPU.
 
     .venv/bin/python bench/scale.py [--clients 1 5 20] [--idle-seconds 60] [--no-zygote]
+                                    [--shared-index off|on|both]
 
 For each N: start memd with N enabled clients (each gets an index server and a memsearch
-watch, forked from the zygote unless --no-zygote sets `supervision.zygote = false`), time
+watch, forked from the zygote unless --no-zygote sets `supervision.zygote = false`; with
+--shared-index on, `supervision.shared_index_server = true`: one index-server process for
+all of them; `both` measures each N without, then with it), time
 until every child is RUNNING, record one exchange per client so every pipeline has done
 real work, then measure for memd, the zygote, the index servers and the watchers:
 
@@ -125,10 +128,11 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
         return running.result(), found.result()
 
 
-def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
+def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str, Any]:
     clients = {f"c{i:02d}": {"memory_enabled": True, "mode": "mcp_via_llm"} for i in range(n)}
+    supervision = {"zygote": zygote, "shared_index_server": shared}
     started = time.monotonic()
-    with running_daemon(clients=clients, supervision={"zygote": zygote}) as memd:
+    with running_daemon(clients=clients, supervision=supervision) as memd:
         answered = time.monotonic() - started
         while not all_running(memd.call("daemon.status"), n):
             time.sleep(0.1)
@@ -147,6 +151,8 @@ def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
     return {
         "clients": n,
         "zygote": zygote,
+        "shared": shared,
+        "load": os.getloadavg()[0],
         "answered_s": answered,
         "ready_s": ready,
         "start_cpu": start_cpu,
@@ -161,7 +167,8 @@ def measure(n: int, idle: float, zygote: bool) -> dict[str, Any]:
 def report(r: dict[str, Any]) -> None:
     n, mem, cpu = r["clients"], r["mem"], r["cpu"]
     print(
-        f"\n{n} clients, zygote {'on' if r['zygote'] else 'off'} ({r['forked']} forked): "
+        f"\n{n} clients, zygote {'on' if r['zygote'] else 'off'} ({r['forked']} forked), "
+        f"shared index server {'on' if r['shared'] else 'off'}, load {r['load']:.2f}: "
         f"memd answered {r['answered_s']:.1f} s, all children RUNNING {r['ready_s']:.1f} s "
         f"after start; killed watcher RUNNING again {r['restart_s']:.2f} s, exchange "
         f"recorded meanwhile recallable {r['recallable_s']:.2f} s after the kill",
@@ -194,10 +201,18 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 5, 20])
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--no-zygote", action="store_true", help="supervision.zygote = false")
+    ap.add_argument(
+        "--shared-index",
+        choices=("off", "on", "both"),
+        default="off",
+        help="supervision.shared_index_server; both: each N without it, then with it",
+    )
     args = ap.parse_args()
+    shared = {"off": (False,), "on": (True,), "both": (False, True)}[args.shared_index]
     print(machine(), f"(psutil {psutil.__version__})")
     for n in args.clients:
-        report(measure(n, args.idle_seconds, zygote=not args.no_zygote))
+        for on in shared:
+            report(measure(n, args.idle_seconds, zygote=not args.no_zygote, shared=on))
     print(machine())
 
 

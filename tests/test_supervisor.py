@@ -490,6 +490,38 @@ def test_dependent_child_starts_only_once_its_requirement_is_running() -> None:
     assert len(spawner.of("watch")) == 2
 
 
+def test_gate_holds_back_starts_and_restarts_but_is_not_asked_while_running() -> None:
+    """memd's shared index server gates each watcher on its own client's socket."""
+    sup, spawner, _ = make_supervisor(auto=0.0)
+    asked: list[bool] = []
+    serving = {"ok": False}
+
+    def gate() -> bool:
+        asked.append(serving["ok"])
+        return serving["ok"]
+
+    sup.add(make_spec(name="watch", startsecs=0.0), gate=gate)
+    sup.step(0.0)
+    sup.step(1.0)
+    assert not spawner.of("watch") and asked
+    serving["ok"] = True
+    sup.step(2.0)
+    sup.step(2.0)
+    assert sup.is_ready("watch")
+    asked.clear()
+    for t in (3.0, 4.0, 5.0):
+        sup.step(t)
+    assert not asked  # a RUNNING child's gate is not polled
+    serving["ok"] = False
+    spawner.of("watch")[-1].exit(1)
+    for t in (6.0, 7.0, 20.0):
+        sup.step(t)
+    assert len(spawner.of("watch")) == 1 and sup.child("watch").state == S.EXITED
+    serving["ok"] = True
+    sup.step(21.0)
+    assert len(spawner.of("watch")) == 2
+
+
 def test_preferred_child_is_waited_for_only_until_it_first_runs_or_fails() -> None:
     """The zygote is preferred: children wait for its first start (bounded), never for
     its restarts, and not at all once it has failed."""

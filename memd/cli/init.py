@@ -56,6 +56,10 @@ TEMPLATE = """\
 # uri = ""                    # empty: a Milvus Lite index per client; else a Milvus server
 # token = ""
 
+# [supervision]               # read at start only
+# zygote = {zygote}               # fork children from one preloaded process
+# shared_index_server = {shared} # every client's index in one process (docs/supervision.md)
+
 # Memory is opt-in per client: only clients listed here with memory_enabled = true are
 # recorded. Modes with memory: {memory_modes}.
 [clients.{client}]
@@ -111,6 +115,8 @@ def render(client: str, mode: str) -> str:
         others=", ".join(p for p in EMBEDDING_PROVIDERS if p != top.embedding.provider),
         enabled=str(top.compaction.enabled).lower(),
         llm=top.compaction.llm_provider,
+        zygote=str(top.supervision.zygote).lower(),
+        shared=str(top.supervision.shared_index_server).lower(),
         memory_modes=", ".join(MEMORY_MODES),
     )
 

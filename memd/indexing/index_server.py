@@ -48,6 +48,15 @@ log = structlog.get_logger()
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 OPEN_MARKER = ".memd-open"  # present while a server has the database open
 DEFAULT_WORKERS = 8
+GRPC_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # pymilvus pings every 10 s even when idle; gRPC's default server policy (5 min)
+    # answers that with GOAWAY too_many_pings and the client reconnects. Allow the pings.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.http2.max_ping_strikes", 0),
+)
 
 
 def _servicer_class() -> type:
@@ -103,7 +112,11 @@ def zygote_preload() -> None:
 
 
 class IndexServer:
-    """Open the database, serve it on the socket, and tear both down in order."""
+    """One client's index: open the database, serve it on the socket, tear both down.
+
+    The single-client process (`serve`) runs one; memd's shared index server
+    (`memd.indexing.shared_index_server`) runs one per client in a single process.
+    """
 
     def __init__(self, data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS):
         self.data_dir = data_dir
@@ -114,11 +127,21 @@ class IndexServer:
         self._bound = False
 
     def start(self) -> None:
-        """Open the database first: if another process holds its lock we fail before
-        touching a socket that process may be serving."""
+        """Open the database, then serve it on the socket with a thread-pool gRPC server."""
         import grpc
+
+        self.open_database()
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
+            options=list(GRPC_OPTIONS),
+        )
+        self.bind(self._server)
+        self._server.start()
+
+    def open_database(self) -> None:
+        """Open the database first: if another process holds its lock we fail before
+        touching a socket that process may be serving. Blocking (a purge rebuilds)."""
         from milvus_lite.db import MilvusLite
-        from pymilvus.grpc_gen import milvus_pb2_grpc
 
         analysis.install_lite_analyzers()  # before any collection's analyzer is built
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -130,31 +153,37 @@ class IndexServer:
         load_all_collections(self._db)
         _check_private_dir(self.socket_path.parent)
         self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                # pymilvus pings every 10 s even when idle; gRPC's default server
-                # policy (5 min) answers that with GOAWAY too_many_pings and the
-                # client reconnects. Allow the pings instead.
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
-        )
-        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(
-            _servicer_class()(self._db), self._server
-        )
-        self._server.add_insecure_port(f"unix:{self.socket_path}")
+
+    def bind(self, server: Any) -> None:
+        """Add the servicer and the socket to a not yet started gRPC server (a thread-pool
+        one here, an asyncio one in the shared index server)."""
+        from pymilvus.grpc_gen import milvus_pb2_grpc
+
+        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(_servicer_class()(self._db), server)
+        server.add_insecure_port(f"unix:{self.socket_path}")
         self._bound = True
         os.chmod(self.socket_path, 0o600)
-        self._server.start()
+
+    def ready_record(self) -> dict[str, Any]:
+        """The JSON line printed once this client's index serves (memd and tests read it)."""
+        return {
+            "event": "index_server_ready",
+            "socket": str(self.socket_path),
+            "data_dir": str(self.data_dir),
+            "pid": os.getpid(),
+        }
 
     def stop(self, grace: float = 2.0) -> None:
+        """Stop serving, close the database (clearing the open marker), remove the socket;
+        safe after a failed start and when called twice."""
         if self._server is not None:
             self._server.stop(grace).wait(grace + 3)
             self._server = None
+        self.close_database()
+
+    def close_database(self) -> None:
+        """Close the database (clearing the open marker) and remove the socket; once the
+        gRPC server serving them has stopped."""
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -162,6 +191,21 @@ class IndexServer:
         if self._bound:
             self.socket_path.unlink(missing_ok=True)
             self._bound = False
+
+
+def open_index_server(
+    data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS
+) -> IndexServer:
+    """A started `IndexServer`; on failure whatever it had opened is closed again and the
+    error raised (the database lock and a half-bound socket must not linger)."""
+    server = IndexServer(data_dir, socket_path, workers)
+    try:
+        server.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            server.stop(grace=0)
+        raise
+    return server
 
 
 def load_all_collections(db: Any) -> int:
@@ -224,26 +268,13 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server = IndexServer(data_dir, socket_path, workers)
     try:
-        server.start()
+        server = open_index_server(data_dir, socket_path, workers)
     except Exception as exc:
         log.error("index.server_failed", error=str(exc), data_dir=str(data_dir))
-        with contextlib.suppress(Exception):
-            server.stop(grace=0)
         return 1
     started = time.monotonic()
-    print(
-        json.dumps(
-            {
-                "event": "index_server_ready",
-                "socket": str(socket_path),
-                "data_dir": str(data_dir),
-                "pid": os.getpid(),
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps(server.ready_record()), flush=True)
     try:
         stop.wait()  # a signal interrupts the wait and its handler sets the event
     finally:

@@ -31,6 +31,7 @@ from memd.indexing import embedding, maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
+from memd.indexing.shared_index import SHARED_NAME, SharedIndex, is_shared_server
 from memd.layout import ClientLayout, write_memsearch_toml
 from memd.supervision import ChildSpec, Supervisor, reap_leftovers
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
@@ -45,7 +46,11 @@ CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed sta
 # What the zygote forks, and what it imports first: everything a watcher and an index
 # server import at start, and what they import lazily soon after (memsearch's openai
 # provider imports the SDK on first use: ~700 modules, pydantic and its HTTP stack).
-ZYGOTE_MODULES = ("memd.indexing.memsearch_watch", "memd.indexing.index_server")
+ZYGOTE_MODULES = (
+    "memd.indexing.memsearch_watch",
+    "memd.indexing.index_server",
+    "memd.indexing.shared_index_server",
+)
 ZYGOTE_PRELOAD = (
     "memd.heap",
     "memd.logs",
@@ -103,6 +108,11 @@ def _is_zygote(argv: Sequence[str]) -> bool:
     return list(argv[:3]) == [sys.executable, "-m", "memd.supervision.zygote"]
 
 
+def _is_memd_wide(argv: Sequence[str]) -> bool:
+    """Whether `argv` is one of memd's children not tied to a client (`<memory_dir>/.memd/`)."""
+    return _is_zygote(argv) or is_shared_server(argv)
+
+
 class Pipelines:
     """Owns the supervisor, the embedding endpoint and every client's pipeline."""
 
@@ -125,6 +135,7 @@ class Pipelines:
         self._endpoint: Endpoint | None = None
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
+        self._shared: SharedIndex | None = None  # [supervision] shared_index_server
 
     async def start(self, config: Config) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
@@ -138,6 +149,13 @@ class Pipelines:
             # first, so it imports while the rest starts; on the loop: spawns happen there
             self._start_zygote(config.memory_dir, config.supervision.zygote)
             self.supervisor.step()
+        if config.supervision.shared_index_server:
+            self._shared = SharedIndex(
+                self.supervisor,
+                config.memory_dir,
+                prefers=self._prefers,
+                on_fatal=self._unshare,
+            )
         for client_id in sorted(config.clients):
             layout = ClientLayout(config.memory_dir, client_id)
             try:
@@ -166,7 +184,7 @@ class Pipelines:
         except trust.UntrustedPath as exc:
             log.warning("pipeline.leftovers_not_reaped", dir=str(state_dir), error=str(exc))
             return
-        reaped = await asyncio.to_thread(reap_leftovers, state_dir, expected=_is_zygote)
+        reaped = await asyncio.to_thread(reap_leftovers, state_dir, expected=_is_memd_wide)
         if reaped:
             log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
 
@@ -242,13 +260,20 @@ class Pipelines:
             log.info("pipeline.index_rebuilt", client=client_id)
         children: list[str] = []
         server = settings.index_server_command(config, layout)
-        if server is not None:
-            sock = settings.index_socket_path(layout)
+        sock = settings.index_socket_path(layout)
+        gate: Callable[[], bool] | None = None
+        if server is not None and self._shared is not None and not self._shared.failed:
+            data_dir = settings.milvus_data_dir(layout)
+            children.append(await self._shared.add(client_id, data_dir, sock))
+            gate = self._shared.serving(sock)
+        elif server is not None:
             serving = functools.partial(index_ready, sock, timeout=0.2)
             children.append(self._add_child(layout, "index", server, serving, requires=()))
         watcher = settings.watcher_command(config, layout, endpoint)
         watching = self._watching(f"{client_id}/watch", layout.sessions)
-        children.append(self._add_child(layout, "watch", watcher, watching, children[:1]))
+        children.append(
+            self._add_child(layout, "watch", watcher, watching, children[:1], gate=gate)
+        )
         target = settings.index_target(config, layout)
         searcher = IndexSearcher(target, config.embedding, root=layout.root, embedder=self.embedder)
         self._pipelines[client_id] = _Pipeline(
@@ -269,6 +294,7 @@ class Pipelines:
         command: settings.Command,
         ready: Callable[[], bool],
         requires: Sequence[str],
+        gate: Callable[[], bool] | None = None,
     ) -> str:
         """Supervise one of the client's children (`index` or `watch`); returns its name.
 
@@ -292,6 +318,7 @@ class Pipelines:
             ),
             requires=requires,
             prefers=self._prefers(),
+            gate=gate,
         )
         return name
 
@@ -357,9 +384,19 @@ class Pipelines:
         pipeline = self._pipelines.pop(client_id)
         # Watcher first: it must not lose its index server in the middle of a write.
         for name in reversed(pipeline.children):
-            await self.supervisor.remove(name)
+            if name != SHARED_NAME:
+                await self.supervisor.remove(name)
+        if SHARED_NAME in pipeline.children and self._shared is not None:
+            await self._shared.remove(client_id)
         await asyncio.to_thread(pipeline.searcher.close)
         log.info("pipeline.stopped", client=client_id)
+
+    async def _unshare(self) -> None:
+        """The shared index server went FATAL: give its clients a server each."""
+        for client_id, pipeline in list(self._pipelines.items()):
+            if SHARED_NAME in pipeline.children:
+                await self._stop(client_id)
+                await self._start(pipeline.config, pipeline.layout)
 
     async def _embedding_endpoint(self, config: Config) -> Endpoint | None:
         if not settings.uses_embedded_model(config.embedding):
@@ -431,6 +468,8 @@ class Pipelines:
         if self._catch_up_task is not None:
             self._catch_up_task.cancel()
             await asyncio.gather(self._catch_up_task, return_exceptions=True)
+        if self._shared is not None:
+            await self._shared.close()
         await self.supervisor.shutdown(timeout)
         if self.spawner is not None:
             self.spawner.close()

@@ -61,6 +61,7 @@ class Supervisor:
         self._children: dict[str, Child] = {}
         self._requires: dict[str, tuple[str, ...]] = {}
         self._prefers: dict[str, tuple[str, ...]] = {}
+        self._gates: dict[str, Callable[[], bool]] = {}
         self._added_at: dict[str, float] = {}
         self._came_up: set[str] = set()  # preferred children that have been RUNNING
         self._prefer_wait = prefer_wait
@@ -82,9 +83,12 @@ class Supervisor:
         requires: Iterable[str] = (),
         start: bool = True,
         prefers: Iterable[str] = (),
+        gate: Callable[[], bool] | None = None,
     ) -> Child:
         """Register a child; with start=True it is spawned on the next step once every
-        child named in `requires` is RUNNING (a missing one counts as not RUNNING).
+        child named in `requires` is RUNNING (a missing one counts as not RUNNING) and
+        `gate()`, if given, is true (cheap and non-blocking, like a ready check: memd's
+        shared index server gates a watcher on its own client's socket).
 
         `prefers` is softer: the child waits for those only until they first reach
         RUNNING, at most prefer_wait seconds after they were added, and not at all once
@@ -96,6 +100,8 @@ class Supervisor:
         self._children[spec.name] = child
         self._requires[spec.name] = tuple(requires)
         self._prefers[spec.name] = tuple(prefers)
+        if gate is not None:
+            self._gates[spec.name] = gate
         self._added_at[spec.name] = self._clock()
         if start:
             self._wanted.add(spec.name)
@@ -108,6 +114,7 @@ class Supervisor:
         self._children.pop(name, None)
         self._requires.pop(name, None)
         self._prefers.pop(name, None)
+        self._gates.pop(name, None)
         self._added_at.pop(name, None)
         self._came_up.discard(name)
         self._wanted.discard(name)
@@ -130,9 +137,10 @@ class Supervisor:
             return old
         wanted = old is None or spec.name in self._wanted
         prefers = self._prefers.get(spec.name, ())
+        gate = self._gates.get(spec.name)
         if old is not None:
             await self.remove(spec.name, timeout)
-        return self.add(spec, requires=new_requires, start=wanted, prefers=prefers)
+        return self.add(spec, requires=new_requires, start=wanted, prefers=prefers, gate=gate)
 
     def __contains__(self, name: object) -> bool:
         return name in self._children
@@ -342,7 +350,15 @@ class Supervisor:
             log.exception("child.supervise_failed", name=child.spec.name, state=child.state)
 
     def _requirements_running(self, name: str) -> bool:
-        return all(self.is_ready(req) for req in self._requires.get(name, ()))
+        if not all(self.is_ready(req) for req in self._requires.get(name, ())):
+            return False
+        gate = self._gates.get(name)
+        if gate is None:
+            return True
+        # Only before a (re)start: a gate that connects to a socket must not wake its
+        # server on every idle tick.
+        state = self._children[name].state
+        return state not in (ProcessStates.STOPPED, *WAITING_STATES) or gate()
 
     def _preferences_settled(self, name: str, now: float) -> bool:
         for pref in self._prefers.get(name, ()):

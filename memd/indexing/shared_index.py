@@ -1,0 +1,212 @@
+"""memd's side of the shared index server: one supervised child for every client's index.
+
+With `[supervision] shared_index_server = true`, `Pipelines` asks this for a client's index
+instead of adding a `<client>/index` child: the client goes into the manifest
+(`<memory_dir>/.memd/index-clients.json`), the one child `_shared/index` (a
+`memd.indexing.shared_index_server`, forked from the zygote like the others) is told
+to sync, and the client's watcher is gated on its own socket answering. The child's
+name stands in every such client's list of children, so `daemon.status` shows its state
+as the client's `index_server`, `clients.reset` resets it, and catch-up runs after its
+restarts (its pid changes) exactly as after a per-client server's.
+
+A crash of the child is an ordinary restart with backoff; the new process reads the
+manifest and serves every client again before its control socket answers, i.e. before
+it is RUNNING, so watchers and catch-up find their sockets. If it goes FATAL (it cannot
+be started), `on_fatal` runs once and memd falls back to a server per client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd import trust
+from memd.indexing import settings
+from memd.indexing.index_server import index_ready
+from memd.supervision import ChildSpec, Supervisor
+from memd.supervision.states import ProcessStates
+
+log = structlog.get_logger()
+
+SHARED_NAME = "_shared/index"  # a client id starts with a letter or digit: no clash
+SHARED_MODULE = "memd.indexing.shared_index_server"
+WATCH_EVERY = 1.0  # seconds between looks at the child (a restart to sync, FATAL)
+SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
+WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it
+
+
+def is_shared_server(argv: Sequence[str]) -> bool:
+    """Whether `argv` is a shared index server as memd starts it (interpreter and module)."""
+    return list(argv[:3]) == [sys.executable, "-m", SHARED_MODULE]
+
+
+class SharedIndex:
+    """The shared child, its manifest and its control socket, for `Pipelines`."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        memory_dir: Path,
+        *,
+        prefers: Callable[[], tuple[str, ...]],
+        on_fatal: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.supervisor = supervisor
+        state = memory_dir / ".memd"
+        self.control = self.control_path(memory_dir)
+        self.manifest = state / "index-clients.json"
+        self._state = state
+        self._prefers = prefers
+        self._on_fatal = on_fatal
+        self._clients: dict[str, tuple[Path, Path]] = {}
+        self._synced_pid: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.failed = False  # went FATAL once: memd runs a server per client from then on
+
+    @staticmethod
+    def control_path(memory_dir: Path) -> Path:
+        """In the runtime dir, as the zygote's: a Unix socket path must stay short."""
+        digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
+        return settings.runtime_dir() / f"index-shared-{digest}.sock"
+
+    def spec(self) -> ChildSpec:
+        argv = [sys.executable, "-m", SHARED_MODULE, "--manifest", str(self.manifest)]
+        argv += ["--control", str(self.control)]
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # as index_server_command
+        return ChildSpec(
+            name=SHARED_NAME,
+            argv=tuple(argv),
+            env=env,
+            cwd=self._state,
+            log_path=self._state / "logs" / "index-shared.log",
+            pidfile=self._state / "index-shared.pid",
+            startsecs=0.0,
+            stop_signal=signal.SIGINT,
+            stop_timeout=10.0,
+            ready=functools.partial(index_ready, self.control, timeout=0.2),
+            ready_timeout=SYNC_TIMEOUT,
+            restart_at_once=True,
+        )
+
+    def serving(self, sock: Path) -> Callable[[], bool]:
+        """The watcher's gate: its client's socket answers."""
+        return functools.partial(index_ready, sock, timeout=0.2)
+
+    async def add(self, client_id: str, data_dir: Path, sock: Path) -> str:
+        """Serve the client's database on its socket; returns the child's name."""
+        self._clients[client_id] = (data_dir, sock)
+        await asyncio.to_thread(self._write_manifest)
+        if SHARED_NAME not in self.supervisor:
+            self._synced_pid = None
+            self.supervisor.add(self.spec(), prefers=self._prefers())
+        elif self.supervisor.is_ready(SHARED_NAME):
+            await self.sync()
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch(), name="shared-index")
+        return SHARED_NAME
+
+    async def remove(self, client_id: str) -> None:
+        """Stop serving the client (its database is closed when this returns, if the
+        child runs: a rebuild deletes the files next). The last client stops the child."""
+        self._clients.pop(client_id, None)
+        await asyncio.to_thread(self._write_manifest)
+        if SHARED_NAME not in self.supervisor:
+            return
+        if not self._clients:
+            await self.supervisor.remove(SHARED_NAME)
+            return
+        # A starting process may have read the manifest before this write.
+        if await self.supervisor.wait_ready(SHARED_NAME, WAIT_READY):
+            await self.sync()
+
+    async def sync(self) -> dict[str, Any] | None:
+        """Tell the child to re-read the manifest; its answer, None if it did not give one."""
+        pid = self._pid(self.supervisor.child(SHARED_NAME))
+        try:
+            answer = await asyncio.wait_for(self._request({"op": "sync"}), SYNC_TIMEOUT)
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.warning("index.shared_sync_failed", error=str(exc))
+            return None
+        self._synced_pid = pid
+        for client_id, error in (answer.get("failed") or {}).items():
+            log.error("index.shared_client_failed", client=client_id, error=error)
+        return answer
+
+    @staticmethod
+    def _pid(child: Any) -> int | None:
+        return child.proc.pid if child.proc is not None else None
+
+    async def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        reader, writer = await asyncio.open_unix_connection(str(self.control))
+        try:
+            writer.write(json.dumps(request).encode() + b"\n")
+            await writer.drain()
+            line = await reader.readline()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError(f"unexpected answer: {line!r}")
+        return answer
+
+    def _write_manifest(self) -> None:
+        """Replace the manifest whole (fsynced), so the child never reads half of it."""
+        clients = {
+            cid: {"data_dir": str(data_dir), "socket": str(sock)}
+            for cid, (data_dir, sock) in sorted(self._clients.items())
+        }
+        self._state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self._state, prefix=".index-clients.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"clients": clients}, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.manifest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        trust.fsync_dir(self._state)
+
+    async def _watch(self) -> None:
+        """Sync each new process once it runs (it may have read an older manifest), and
+        fall back once if the child goes FATAL."""
+        while not self.failed:
+            await asyncio.sleep(WATCH_EVERY)
+            if SHARED_NAME not in self.supervisor:
+                continue
+            child = self.supervisor.child(SHARED_NAME)
+            if child.state == ProcessStates.FATAL:
+                self.failed = True
+                log.error(
+                    "index.shared_server_unavailable",
+                    error=child.last_error,
+                    fallback="one index server per client",
+                )
+                await self.supervisor.remove(SHARED_NAME)
+                await self._on_fatal()
+            elif child.state == ProcessStates.RUNNING and self._pid(child) != self._synced_pid:
+                await self.sync()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

@@ -29,7 +29,7 @@ import pytest
 
 from memd import indexing
 from memd.config import Config, EmbeddingConfig, MilvusConfig
-from memd.indexing import embedding
+from memd.indexing import embedding, index_lock
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
@@ -707,3 +707,42 @@ def test_catch_up_indexes_like_the_watcher(
     wait_watching(client)
     assert "Indexed 1 chunks." in client.watcher.output()  # old.md only; s1.md was there
     assert len(client.rows()) == 2
+
+
+# -- one indexing run at a time (memd.indexing.index_lock) ----------------------------------
+# A real `memsearch watch` waits for the client's lock, which memd's catch-up holds while it
+# indexes the same files, and indexes the file once the lock is free. Without it the two
+# interleaved on a growing session file and left an outdated chunk in the index.
+
+
+def _waiters(path: Path) -> list[int]:
+    """Pids blocked on `path`'s flock, from /proc/locks ("->" marks a waiting request)."""
+    st = os.stat(path)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    with open("/proc/locks", encoding="ascii") as fh:
+        for line in fh:
+            fields = line.split()
+            waiting = len(fields) > 6 and fields[1:3] == ["->", "FLOCK"]
+            if waiting and fields[6] == ident:
+                pids.append(int(fields[5]))
+    return pids
+
+
+@pytest.mark.slow
+def test_the_watcher_waits_for_the_clients_index_lock(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
+    config = make_config(tmp_path)
+    client = start_client(children, config, "alice", endpoint)
+    wait_watching(client)
+    lock = index_lock.lock_path(client.layout)
+    environ = Path(f"/proc/{client.watcher.pid}/environ").read_bytes().split(b"\0")
+    assert f"{index_lock.ENV}={lock}".encode() in environ
+    with index_lock.locked(lock):  # as a catch-up holds it
+        (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
+        wait_for(lambda: client.watcher.pid in _waiters(lock), what="the watcher to wait")
+        assert client.rows() == []  # it has not read the file yet
+    wait_for(lambda: client.rows(), what="indexing once the lock is free")
+    assert [Path(r["source"]).name for r in client.rows()] == ["s1.md"]
+    assert indexing.watcher_ready(client.watcher.pid, client.layout.sessions)

@@ -36,7 +36,7 @@ from memsearch import watcher
 from memsearch.cli import cli
 
 from memd import heap
-from memd.indexing import chunking
+from memd.indexing import chunking, index_lock
 
 _serial = threading.Lock()
 _fire = watcher._MarkdownHandler._fire
@@ -75,6 +75,7 @@ def main() -> None:
     heap.tune()  # each indexing batch frees its chunks and vectors: see memd/heap.py
     _follow_home()
     patch()
+    index_lock.install_from_env()  # not beside memd's catch-up of the same files
     cli(prog_name="memsearch")
 
 

@@ -30,7 +30,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config, EmbeddingConfig
-from memd.indexing import analysis, embedding
+from memd.indexing import analysis, embedding, index_lock
 from memd.indexing.embed_server import Endpoint
 from memd.layout import ClientLayout
 
@@ -333,6 +333,7 @@ def watcher_env(
     env["XDG_CACHE_HOME"] = real_cache
     env.setdefault("HF_HOME", str(Path(real_cache) / "huggingface"))
     env["MEMSEARCH_DIR"] = str(layout.memsearch_dir)  # memsearch writes .index-state.json there
+    env[index_lock.ENV] = str(index_lock.lock_path(layout))  # one indexing run at a time
     env["PYTHONUNBUFFERED"] = "1"
     loopback = "127.0.0.1,localhost,::1"
     for name in ("NO_PROXY", "no_proxy"):

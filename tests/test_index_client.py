@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from memd.config import EmbeddingConfig
+from memd.indexing.embed_server import EmbeddingServer
 from memd.indexing.index_client import (
     IndexRequestError,
     IndexTransportError,
@@ -183,25 +185,41 @@ def test_the_socket_is_owner_only_and_goes_with_the_server(tmp_path: Path) -> No
             next(g)
 
 
-def test_a_local_search_never_imports_pymilvus(index: Index) -> None:
-    """Recall of a local index, in a fresh interpreter: pymilvus (and so pandas, pyarrow
-    and gRPC) is never imported."""
+@pytest.mark.parametrize("provider", ["wordllama", "openai"])
+def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> None:
+    """Recall of a local index in a fresh interpreter, the query embedded in-process
+    (wordllama) or by memsearch's openai provider over HTTP (to memd's own embedding
+    endpoint: same model, so the index matches): pymilvus, and so pandas, pyarrow and
+    gRPC, is never imported."""
+    server = EmbeddingServer()
+    endpoint = server.start()
+    cfg = (
+        EmbeddingConfig()
+        if provider == "wordllama"
+        else EmbeddingConfig("openai", endpoint.model, endpoint.base_url, endpoint.api_key)
+    )
     script = textwrap.dedent(
         f"""
         import sys
         from memd.config import EmbeddingConfig
-        from memd.indexing.search import IndexSearcher
+        from memd.indexing.search import IndexSearcher, expand_hit
         from memd.indexing.settings import IndexTarget
-        s = IndexSearcher(IndexTarget({index.uri!r}, {COLLECTION!r}), EmbeddingConfig())
+        cfg = EmbeddingConfig(*{(cfg.provider, cfg.model, cfg.base_url, cfg.api_key)!r})
+        s = IndexSearcher(IndexTarget({index.uri!r}, {COLLECTION!r}), cfg)
         hits = s.search("staging Postgres port", top_k=2)
         assert "6543" in hits[0].content, hits
+        assert "6543" in expand_hit(hits[0]).content
         assert s.count() > 0 and s.headings([hits[0].source])
         s.close()
         heavy = sorted(m for m in ("pymilvus", "grpc", "pandas", "pyarrow") if m in sys.modules)
-        print("HEAVY", heavy)
+        print("HEAVY", heavy, "openai" in sys.modules)
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        )
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"HEAVY [] {provider == 'openai'}" in out.stdout, out.stdout + out.stderr

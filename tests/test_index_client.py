@@ -3,6 +3,7 @@ pymilvus over gRPC, clear errors for bad requests, an owner-only socket, no pymi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,7 +26,7 @@ from memd.indexing.index_client import (
     LiteIndexClient,
     PymilvusIndexClient,
 )
-from memd.indexing.index_requests import query_socket_path
+from memd.indexing.index_requests import MAX_LINE, query_socket_path
 from memd.indexing.search import OUTPUT_FIELDS
 from memd.indexing.settings import IndexTarget
 from memd.indexing.time_filter import time_filter_expr
@@ -158,6 +159,13 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(
         missing = ask(b'{"op": "get_collection_stats", "collection": "memd_nobody"}')
         assert missing["ok"] is False and "memd_nobody" in missing["error"]["message"]
         assert ask(b'{"op": "ping"}') == {"ok": True, "result": True}  # same connection
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # a runaway line
+        sock.settimeout(10)
+        sock.connect(str(query_socket_path(index.sock)))
+        with contextlib.suppress(OSError):  # the server may hang up before all is sent
+            sock.sendall(b"x" * (MAX_LINE + 2) + b"\n")
+        reply = json.loads(sock.makefile("rb").readline())
+        assert reply["ok"] is False and "too long" in reply["error"]["message"]
     with pytest.raises(IndexRequestError, match="memd_nobody"):
         lite.get_collection_stats("memd_nobody", timeout=5)
     assert lite.has_collection(COLLECTION, timeout=5)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from memd.indexing.index_requests import decode, pack_vector, query_socket_path
+from memd.indexing.index_requests import RequestError, decode, pack_vector, query_socket_path
 from memd.indexing.settings import IndexTarget
 
 MAX_IDLE = 4  # connections kept per client: recall's concurrent searches of one client
@@ -150,7 +150,10 @@ class LiteIndexClient:
         if not reply.get("ok"):
             error = reply.get("error") or {}
             raise IndexRequestError(f"{error.get('type')}: {error.get('message')}")
-        return decode(reply.get("result"))
+        try:
+            return decode(reply.get("result"))
+        except RequestError as exc:  # a packed vector that is not one
+            raise IndexTransportError(f"{self.socket_path}: bad reply: {exc}") from exc
 
     def _take(self, timeout: float) -> tuple[_Conn, bool]:
         """An idle connection (True: reused) or a new one; OSError if none can be made."""

@@ -27,7 +27,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config
-from memd.indexing import catch_up_child, embedding, maintenance, settings
+from memd.indexing import catch_up_run, embedding, maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
@@ -372,7 +372,7 @@ class Pipelines:
             return
         # In a child (forked from the zygote when it runs), not in memd: memsearch's
         # indexing would cost memd pymilvus (~90 MB) and GIL time beside recall.
-        added = await catch_up_child.run_child(
+        added = await catch_up_run.run_child(
             pipeline.config, pipeline.layout, pipeline.endpoint, pipeline.since, self.spawner
         )
         if self._pipelines.get(client_id) is pipeline:

@@ -18,6 +18,8 @@ real work, then measure for memd, the zygote, the index servers and the watchers
   the wait was);
 - kill -9 of one watcher: until its replacement is RUNNING, and until an exchange recorded
   right after the kill is found by recall.
+- memd's memory once more after that recall and the restart's catch-up, and whether it
+  has loaded pymilvus's native stack (gRPC, pandas, pyarrow: issue 16 item 3).
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def smaps_rollup(pid: int) -> dict[str, float]:
                 kb[parts[0][:-1]] = int(parts[1])
     uss = kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)
     return {"rss": kb.get("Rss", 0) / 1024, "pss": kb.get("Pss", 0) / 1024, "uss": uss / 1024}
+
+
+def pymilvus_mapped(pid: int) -> bool:
+    """Whether the process maps pymilvus's native stack (what importing pymilvus loads)."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        return any(f"/{lib}/" in line for line in f for lib in ("grpc", "pandas", "pyarrow"))
 
 
 def memory_by_kind(pid: int) -> dict[str, dict[str, float]]:
@@ -147,6 +155,9 @@ def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str
         mem = memory_by_kind(memd.proc.pid)
         cpu = idle_cpu_by_kind(memd.proc.pid, idle)
         restart, recallable = kill_watcher(memd, "c00")
+        time.sleep(3)  # the restart's catch-up (in memd before issue 16 item 3) has run
+        after = smaps_rollup(memd.proc.pid)
+        after["pymilvus"] = float(pymilvus_mapped(memd.proc.pid))
         forked = (memd.call("daemon.status").get("zygote") or {}).get("forked", 0)
     return {
         "clients": n,
@@ -161,6 +172,7 @@ def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str
         "restart_s": restart,
         "recallable_s": recallable,
         "forked": forked,
+        "memd_after": after,
     }
 
 
@@ -188,6 +200,12 @@ def report(r: dict[str, Any]) -> None:
             f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f} "
             f"{r['start_cpu'].get(kind, 0.0):>11.1f}"
         )
+    after = r["memd_after"]
+    print(
+        f"  memd after a recall and a catch-up: {after['rss']:.0f} MB RSS, "
+        f"{after['pss']:.0f} MB PSS, {after['uss']:.0f} MB USS; pymilvus's stack "
+        f"(gRPC, pandas, pyarrow) {'loaded' if after['pymilvus'] else 'not loaded'}"
+    )
     children = mem["total"]["pss"] - mem.get("memd", {}).get("pss", 0.0)
     print(
         f"  per client (children + zygote share): {children / n:.0f} MB PSS; "

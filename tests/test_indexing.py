@@ -8,6 +8,7 @@ The only stand-in is a "remote" OpenAI-compatible embedding API (a real HTTP ser
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -29,7 +30,7 @@ import pytest
 
 from memd import indexing
 from memd.config import Config, EmbeddingConfig, MilvusConfig
-from memd.indexing import embedding, index_lock
+from memd.indexing import catch_up_run, embedding, index_lock
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
@@ -698,10 +699,12 @@ def test_catch_up_indexes_like_the_watcher(
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     since = time.time() - 1
     (layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
-    assert indexing.catch_up(config, layout, endpoint, since) == 1
+    # As memd runs it: a one-shot child (plainly spawned here), its report read back.
+    assert asyncio.run(catch_up_run.run_child(config, layout, endpoint, since)) == 1
     rows = index_rows(indexing.index_target(config, layout), ("source",))
     assert [Path(r["source"]).name for r in rows] == ["s1.md"]  # old.md is not "since"
-    assert indexing.catch_up(config, layout, endpoint, since) == 0  # idempotent
+    assert indexing.catch_up(config, layout, endpoint, since) == 0  # idempotent, in-process too
+    assert asyncio.run(catch_up_run.run_child(config, layout, endpoint, time.time() + 60)) == 0
 
     client = start_client(children, config, "alice", endpoint, prepare=False, server=False)
     wait_watching(client)

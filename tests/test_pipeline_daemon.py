@@ -70,7 +70,15 @@ def found(memd: DaemonProcess, client: str, query: str, needle: str) -> bool:
     return any(needle in r["content"] for r in result["results"])
 
 
-def test_killed_watcher_comes_back_and_catches_up(config_file, daemon_factory) -> None:
+def heavy_libraries(pid: int) -> set[str]:
+    """Shared objects of pymilvus's stack (gRPC, pandas, pyarrow) mapped into `pid`: what
+    importing pymilvus leaves in a process, and nothing else memd imports brings in."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+        paths = {line.split()[-1] for line in fh if "/" in line}
+    return {p for p in paths if any(f"/{lib}/" in p for lib in ("grpc", "pandas", "pyarrow"))}
+
+
+def test_killed_watcher_comes_back_and_catches_up(config_file, daemon_factory, tmp_path) -> None:
     memd = daemon_factory(config_file(clients=CLIENTS))
     wait_for(lambda: running(memd, "alpha"))
     record(memd, "alpha", "Which train goes to Lyon?", "The 8:14 TGV goes to Lyon.")
@@ -91,6 +99,11 @@ def test_killed_watcher_comes_back_and_catches_up(config_file, daemon_factory) -
     )
     assert child(memd, "alpha", "watcher")["restarts"] >= 1
     wait_for(lambda: found(memd, "alpha", "cabin wifi password", "moose-lantern-42"))
+    # The restart's catch-up ran in a child of its own and reported back; after recalls
+    # and that catch-up, memd itself has loaded none of pymilvus's stack.
+    catch_up_log = tmp_path / "memory" / "alpha" / ".memd" / "logs" / "catch_up.log"
+    wait_for(lambda: catch_up_log.exists() and "catch_up_done" in catch_up_log.read_text())
+    assert memd.proc is not None and heavy_libraries(memd.proc.pid) == set()
 
 
 def test_crash_looping_client_goes_fatal_others_keep_working(

@@ -303,3 +303,25 @@ def test_time_filter_at_the_end_of_time_does_not_overflow() -> None:
     assert time_filter_expr(None, end) == ""
     assert time_filter_expr(None, end.replace(tzinfo=UTC)) == ""
     assert time_filter_expr(datetime(2026, 1, 1), end) == 'heading >= "2026-01-01 00:00:00 UTC"'
+
+
+def test_extract_section_is_memsearchs() -> None:
+    """memd's copy of memsearch's section rule (memsearch.cli imports pymilvus) gives the
+    same answer for every line and heading level of documents with nested sections."""
+    from memsearch.cli import _extract_section
+
+    from memd.indexing.search import extract_section
+
+    docs = [
+        session_text(),
+        "# A\n\ntext\n\n## B\n\nb1\n### C\nc1\n\n## D\nd1\n# E\ne1\n",
+        "no heading\nat all\n",
+        "#### deep\nx\n## up\ny\n",
+        "",
+    ]
+    for doc in docs:
+        lines = doc.splitlines()
+        for start in range(1, len(lines) + 2):
+            for level in range(5):
+                ours = extract_section(lines, start, level)
+                assert ours == _extract_section(lines, start, level), (doc, start, level)

@@ -41,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from memd.indexing import analysis
+from memd.indexing import analysis, index_requests
 
 log = structlog.get_logger()
 
@@ -125,6 +125,7 @@ class IndexServer:
         self._db: Any = None
         self._server: Any = None
         self._bound = False
+        self._queries: index_requests.QueryServer | None = None  # memd's recall requests
 
     def start(self) -> None:
         """Open the database, then serve it on the socket with a thread-pool gRPC server."""
@@ -163,6 +164,10 @@ class IndexServer:
         server.add_insecure_port(f"unix:{self.socket_path}")
         self._bound = True
         os.chmod(self.socket_path, 0o600)
+        self._queries = index_requests.QueryServer(
+            index_requests.query_socket_path(self.socket_path), self._db
+        )
+        self._queries.start()  # memd's recall requests, beside gRPC (both server kinds)
 
     def ready_record(self) -> dict[str, Any]:
         """The JSON line printed once this client's index serves (memd and tests read it)."""
@@ -184,6 +189,9 @@ class IndexServer:
     def close_database(self) -> None:
         """Close the database (clearing the open marker) and remove the socket; once the
         gRPC server serving them has stopped."""
+        if self._queries is not None:
+            self._queries.stop()
+            self._queries = None
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -78,65 +78,37 @@ def catch_up(
 ) -> int:
     """Index the session files changed since `since` (a time.time()), as the watcher would.
 
-    Call it (in a worker thread) once a (re)started watcher is ready, with `since` a little
-    before its spawn: it covers exchanges written while the watcher was doing its initial
-    index, which memsearch's watcher misses. It runs memsearch's own indexing code with
-    the watcher's settings, so chunk ids match and nothing is embedded twice. Returns the
-    number of chunks it added.
+    Call it once a (re)started watcher is ready, with `since` a little before its spawn:
+    it covers exchanges written while the watcher was doing its initial index, which
+    memsearch's watcher misses. It runs memsearch's own indexing code with the watcher's
+    settings, so chunk ids match and nothing is embedded twice. Returns the number of
+    chunks it added. This runs in the calling process (it imports memsearch and
+    pymilvus); memd itself runs it in a child instead (`memd.indexing.catch_up_child`).
     """
-    import asyncio
+    from memd.indexing.catch_up_child import changed_files, index_files
 
-    from memsearch.core import MemSearch
-
-    from memd.indexing import chunking
-
-    chunking.install()  # chunk as the watcher does (the indexing size policy)
     settings = settings or IndexSettings()
-    files = [
-        p
-        for p in sorted(layout.sessions.glob("**/*.md"))
-        if not any(part.startswith(".") for part in p.relative_to(layout.sessions).parts)
-        and _mtime(p) >= since
-    ]
+    files = changed_files(layout.sessions, since)
     if not files:
         return 0
     emb = watcher_embedding(config.embedding, endpoint)
     target = index_target(config, layout)
-    batch = memsearch_toml(config, layout, settings)["embedding"]["batch_size"]
-    mem = MemSearch(
-        [str(layout.sessions)],
-        embedding_provider=emb.provider,
-        embedding_model=emb.model,
-        embedding_batch_size=batch,
-        embedding_base_url=emb.base_url or None,
-        embedding_api_key=emb.api_key or None,
+    added = index_files(
+        files,
+        sessions=layout.sessions,
+        provider=emb.provider,
+        model=emb.model,
         milvus_uri=target.uri,
-        milvus_token=target.token or None,
         collection=target.collection,
+        batch_size=memsearch_toml(config, layout, settings)["embedding"]["batch_size"],
+        base_url=emb.base_url,
+        api_key=emb.api_key,
+        token=target.token,
         max_chunk_size=settings.max_chunk_size,
         overlap_lines=settings.overlap_lines,
     )
-
-    async def index_all() -> int:
-        total = 0
-        for path in files:
-            if path.exists():
-                total += await mem.index_file(path)
-        return total
-
-    try:
-        added = asyncio.run(index_all())
-    finally:
-        mem.close()
     log.info("index.catch_up", client=layout.client_id, files=len(files), chunks=added)
     return added
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 # -- fingerprint and rebuild -------------------------------------------------------------

@@ -27,7 +27,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config
-from memd.indexing import embedding, maintenance, settings
+from memd.indexing import catch_up_run, embedding, maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
@@ -50,6 +50,7 @@ ZYGOTE_MODULES = (
     "memd.indexing.memsearch_watch",
     "memd.indexing.index_server",
     "memd.indexing.shared_index_server",
+    "memd.indexing.catch_up_child",  # one-shot, not supervised: see _catch_up
 )
 ZYGOTE_PRELOAD = (
     "memd.heap",
@@ -336,8 +337,9 @@ class Pipelines:
 
         memsearch's watcher skips files written between its initial scan and the start of
         its observer, and a watcher that outlived its index server lost the events of the
-        outage. `maintenance.catch_up` re-indexes the files changed since the last good moment
-        with the watcher's own settings (unchanged chunks are not embedded twice).
+        outage. A catch-up child (memd.indexing.catch_up_child) re-indexes the files changed since
+        the last good moment with the watcher's own settings (unchanged chunks are not
+        embedded twice).
         """
         while True:
             await self._state_changed(interval)
@@ -368,12 +370,10 @@ class Pipelines:
         if key == pipeline.caught_up:
             pipeline.since = time.time() - CATCH_UP_MARGIN
             return
-        added = await asyncio.to_thread(
-            maintenance.catch_up,
-            pipeline.config,
-            pipeline.layout,
-            pipeline.endpoint,
-            pipeline.since,
+        # In a child (forked from the zygote when it runs), not in memd: memsearch's
+        # indexing would cost memd pymilvus (~90 MB) and GIL time beside recall.
+        added = await catch_up_run.run_child(
+            pipeline.config, pipeline.layout, pipeline.endpoint, pipeline.since, self.spawner
         )
         if self._pipelines.get(client_id) is pipeline:
             pipeline.caught_up = key

@@ -1,7 +1,8 @@
 """In-process hybrid search and expand against one client's index, for recall.
 
-Recall connects with pymilvus to the client's index (the index server's `unix:` socket, or
-the scale-out Milvus server) and keeps that connection; no memsearch process per call. The
+Recall reaches the client's index through `memd.indexing.index_client`: JSON lines to the
+index server's second socket (a local index, so memd never imports pymilvus), or pymilvus
+for a scale-out Milvus server; the connection is kept; no memsearch process per call. The
 query is embedded in-process with the same model the watcher indexes with.
 
 The search asks the index for its two halves over the same filter, as memsearch's
@@ -10,7 +11,7 @@ and a BM25 request, each for the best `CANDIDATES` chunks, ranked by normalised-
 fusion and given a calibrated relevance score (memd.indexing.ranking; memsearch's equal-
 weight RRF lets the weaker half drag the stronger one down). Every RPC carries a
 deadline. Expand is memsearch's too (`memsearch expand`'s section
-rule, reused from its CLI module): the full markdown section a chunk belongs to.
+rule, `extract_section`): the full markdown section a chunk belongs to.
 
 The raw requests (one dense, one BM25) are `halves`; their fusion is
 `ranking.fused_rows`; the query embedding is memd.indexing.query_embedding, time filters
@@ -33,6 +34,12 @@ import structlog
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding, ranking
+from memd.indexing.index_client import (
+    IndexClient,
+    IndexRequestError,
+    IndexTransportError,
+    connect,
+)
 from memd.indexing.query_embedding import QueryEmbedder
 from memd.indexing.settings import IndexTarget
 from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr
@@ -109,7 +116,7 @@ class IndexSearcher:
         self.timeout = timeout
         self.bm25_weight = bm25_weight
         self._embedder = QueryEmbedder(embedding_cfg, embedder)
-        self._client: Any = None
+        self._client: IndexClient | None = None
         self._lock = threading.Lock()
         self._ready_until = 0.0  # monotonic time until which the collection is known ready
 
@@ -152,7 +159,7 @@ class IndexSearcher:
         deadline = time.monotonic() + (timeout or self.timeout)
         expr = f"source in {json.dumps(sources)}"
 
-        def run(client: Any) -> list[tuple[str, str]]:
+        def run(client: IndexClient) -> list[tuple[str, str]]:
             if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
                 return []
             rows = client.query(
@@ -170,7 +177,7 @@ class IndexSearcher:
         """Rows in the client's collection (0 when it does not exist yet)."""
         deadline = time.monotonic() + (timeout or self.timeout)
 
-        def run(client: Any) -> int:
+        def run(client: IndexClient) -> int:
             if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
                 return 0
             return _row_count(client, self.target.collection, deadline)
@@ -184,38 +191,23 @@ class IndexSearcher:
 
     # -- internals --
 
-    def _call(self, fn: Callable[[Any], Any]) -> Any:
-        """Run fn with a connected client, mapping every transport failure to
-        IndexUnavailableError (and dropping the client, whose channel may be in backoff)."""
-        from pymilvus.exceptions import MilvusException
-
+    def _call(self, fn: Callable[[IndexClient], Any]) -> Any:
+        """Run fn with a connected client, mapping every failure of the index to
+        IndexUnavailableError (and dropping the client, whose connection may be dead)."""
         try:
             client = self._connect()
             return fn(client)
         except IndexUnavailableError:
             raise
-        except MilvusException as exc:
-            with self._lock:
-                self._drop_client()
-            raise IndexUnavailableError(f"index {self.target.uri}: {exc.message}") from exc
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
+        except (IndexRequestError, IndexTransportError, ConnectionError, TimeoutError) as exc:
             with self._lock:
                 self._drop_client()
             raise IndexUnavailableError(f"index {self.target.uri}: {exc}") from exc
 
-    def _connect(self) -> Any:
+    def _connect(self) -> IndexClient:
         with self._lock:
             if self._client is None:
-                from pymilvus import MilvusClient
-
-                self._client = MilvusClient(
-                    uri=self.target.uri,
-                    token=self.target.token,
-                    timeout=self.timeout,
-                    dedicated=True,
-                )
+                self._client = connect(self.target, self.timeout)
             return self._client
 
     def _drop_client(self) -> None:
@@ -227,7 +219,7 @@ class IndexSearcher:
 
     def _hybrid(
         self,
-        client: Any,
+        client: IndexClient,
         vector: list[float],
         query: str,
         limit: int,
@@ -241,13 +233,11 @@ class IndexSearcher:
         READY_SECONDS (three round trips, ~10 ms of a recall under load); a search that
         fails in between is checked again at once, so a dropped or emptied collection
         still answers nothing rather than an error."""
-        from pymilvus.exceptions import MilvusException
-
         args = (client, vector, query, limit, expr, deadline, bm25_weight)
         if time.monotonic() < self._ready_until:
             try:
                 return self._fused(*args)
-            except MilvusException:
+            except IndexRequestError:
                 self._ready_until = 0.0
         name = self.target.collection
         if not client.has_collection(name, timeout=_remaining(deadline)):
@@ -261,7 +251,7 @@ class IndexSearcher:
 
     def _fused(
         self,
-        client: Any,
+        client: IndexClient,
         vector: list[float],
         query: str,
         limit: int,
@@ -274,7 +264,7 @@ class IndexSearcher:
         dense, keyword = halves(client, name, vector, query, pool, expr, deadline)
         return ranking.fused_rows(dense, keyword, vector, query, limit, bm25_weight)
 
-    def _ensure_loaded(self, client: Any, deadline: float) -> None:
+    def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
         state = client.get_load_state(self.target.collection, timeout=_remaining(deadline))
         if str(state.get("state", "")).endswith("Loaded"):
@@ -282,22 +272,18 @@ class IndexSearcher:
         client.load_collection(self.target.collection, timeout=_remaining(deadline))
 
 
-def _row_count(client: Any, name: str, deadline: float) -> int:
+def _row_count(client: IndexClient, name: str, deadline: float) -> int:
     stats = client.get_collection_stats(name, timeout=_remaining(deadline))
     if int(stats.get("row_count", 0)) > 0:
         return int(stats["row_count"])
     rows = client.query(
-        collection_name=name,
-        filter="",
-        output_fields=["count(*)"],
-        consistency_level="Strong",
-        timeout=_remaining(deadline),
+        name, filter="", output_fields=["count(*)"], limit=None, timeout=_remaining(deadline)
     )
     return int(rows[0]["count(*)"]) if rows else 0
 
 
 def halves(
-    client: Any,
+    client: IndexClient,
     name: str,
     vector: list[float],
     query: str,
@@ -307,24 +293,22 @@ def halves(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The two raw requests of a search: the best `pool` chunks by cosine similarity to
     `vector`, and by BM25 for `query` (with their embeddings, for their cosine). The one
-    place recall talks to Milvus about ranking."""
-    extra = {"filter": expr} if expr else {}
+    place recall talks to the index about ranking."""
 
-    def one(data: Any, field: str, metric: str, fields: list[str]) -> list[dict[str, Any]]:
-        res = client.search(
-            collection_name=name,
+    def one(data: list[float] | str, field: str, metric: str, fields: list[str]) -> list[Any]:
+        return client.search(
+            name,
             data=data,
             anns_field=field,
-            search_params={"metric_type": metric, "params": {}},
+            metric_type=metric,
             limit=pool,
             output_fields=fields,
+            filter=expr,
             timeout=_remaining(deadline),
-            **extra,
         )
-        return list(res[0]) if res else []
 
-    dense = one([vector], "embedding", "COSINE", OUTPUT_FIELDS)
-    keyword = one([query], "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
+    dense = one(vector, "embedding", "COSINE", OUTPUT_FIELDS)
+    keyword = one(query, "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
     return dense, keyword
 
 
@@ -333,12 +317,6 @@ def _remaining(deadline: float) -> float:
     if left <= 0:
         raise IndexUnavailableError("index search timed out")
     return left
-
-
-def _is_transport_error(exc: Exception) -> bool:
-    import grpc
-
-    return isinstance(exc, (grpc.RpcError, grpc.FutureTimeoutError, ConnectionError, TimeoutError))
 
 
 def _hit(row: dict[str, Any]) -> Hit:
@@ -363,7 +341,6 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
     """memsearch's expand: from the chunk's heading to the next heading of the same or a
     higher level. Only files under `root` (the client's folder) are read; a caller that
     has the file's lines already (recall reads each file once) passes them."""
-    from memsearch.cli import _extract_section
     from memsearch.io import read_utf8_text_replace
 
     path = Path(hit.source)
@@ -380,5 +357,32 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
             return fallback
     if hit.start_line > len(lines):
         return fallback  # the file shrank since it was indexed
-    text, start, end = _extract_section(lines, hit.start_line, hit.heading_level)
+    text, start, end = extract_section(lines, hit.start_line, hit.heading_level)
     return Section(hit.chunk_hash, hit.source, hit.heading, start, end, text)
+
+
+def extract_section(
+    lines: Sequence[str], start_line: int, heading_level: int
+) -> tuple[str, int, int]:
+    """memsearch 0.4.23's `cli._extract_section`, line for line: back from the chunk's
+    first line to its heading, forward to the next heading of the same or a higher level.
+
+    Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow, gRPC),
+    ~90 MB memd does not otherwise need. tests/test_search.py checks it against
+    memsearch's own on every kind of section, so an upgrade that changes it is caught."""
+    from memsearch.chunker import _HEADING_RE  # memsearch's heading rule; no pymilvus
+
+    start = start_line - 1
+    end = len(lines)
+    if heading_level > 0:
+        for i in range(min(start_line, len(lines)) - 1, -1, -1):
+            m = _HEADING_RE.match(lines[i])
+            if m and len(m.group(1)) <= heading_level:
+                start = i
+                break
+        for i in range(start_line, len(lines)):
+            m = _HEADING_RE.match(lines[i])
+            if m and len(m.group(1)) <= heading_level:
+                end = i
+                break
+    return "\n".join(lines[start:end]), start + 1, end

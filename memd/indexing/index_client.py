@@ -1,0 +1,316 @@
+"""The raw index requests recall makes, behind one seam: `IndexClient`.
+
+Two ways to reach a client's index:
+
+- `LiteIndexClient`, for a local index (the default): JSON lines on the index server's
+  second socket (memd.indexing.index_requests), run there on its in-process Milvus Lite
+  engine. It needs nothing beyond the standard library, so memd never imports pymilvus
+  (and its pandas, pyarrow and gRPC: ~90 MB) for recall.
+- `PymilvusIndexClient`, for a Milvus server (`[milvus] uri = http://...`): pymilvus,
+  imported only then.
+
+Both raise `IndexRequestError` when the index answers with an error (no such collection,
+a bad filter: the caller may check the collection again) and `IndexTransportError` when
+it cannot be reached or does not answer in time (the caller drops the client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from memd.indexing.index_requests import RequestError, decode, pack_vector, query_socket_path
+from memd.indexing.settings import IndexTarget
+
+MAX_IDLE = 4  # connections kept per client: recall's concurrent searches of one client
+
+
+class IndexRequestError(Exception):
+    """The index answered the request with an error."""
+
+
+class IndexTransportError(ConnectionError):
+    """The index could not be reached, or did not answer in time."""
+
+
+class IndexClient(Protocol):
+    """What recall asks of one client's index. `timeout` is in seconds."""
+
+    def has_collection(self, name: str, *, timeout: float) -> bool: ...
+
+    def get_collection_stats(self, name: str, *, timeout: float) -> dict[str, Any]: ...
+
+    def get_load_state(self, name: str, *, timeout: float) -> dict[str, Any]: ...
+
+    def load_collection(self, name: str, *, timeout: float) -> None: ...
+
+    def query(
+        self, name: str, *, filter: str, output_fields: list[str], limit: int | None, timeout: float
+    ) -> list[dict[str, Any]]: ...
+
+    def search(
+        self,
+        name: str,
+        *,
+        data: list[float] | str,
+        anns_field: str,
+        metric_type: str,
+        limit: int,
+        output_fields: list[str],
+        filter: str,
+        timeout: float,
+    ) -> list[dict[str, Any]]:
+        """Hits of one query, best first: `{"id", "distance", "entity"}`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def connect(target: IndexTarget, timeout: float) -> IndexClient:
+    """The client for `target`: the JSON socket for a local index, else pymilvus."""
+    if target.local and target.uri.startswith("unix:"):
+        return LiteIndexClient(query_socket_path(Path(target.uri.removeprefix("unix:"))))
+    return PymilvusIndexClient(target, timeout)
+
+
+# -- local: JSON lines to the index server ----------------------------------------------------
+
+
+class _Conn:
+    """One connection to the JSON socket and its reader."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(str(path))
+        except OSError:
+            self.sock.close()
+            raise
+        self.reader = self.sock.makefile("rb")
+
+    def exchange(self, message: bytes, timeout: float) -> bytes:
+        self.sock.settimeout(timeout)
+        self.sock.sendall(message)
+        return bytes(self.reader.readline())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.reader.close()
+            self.sock.close()
+
+
+class LiteIndexClient:
+    """Connections to the index server's JSON socket, kept for reuse; one request at a
+    time on each, so concurrent recalls of one client each get their own (as gRPC
+    multiplexed them on one channel; the server runs each connection in a thread)."""
+
+    def __init__(self, socket_path: Path, keep: int = MAX_IDLE) -> None:
+        self.socket_path = socket_path
+        self._keep = keep
+        self._idle: list[_Conn] = []
+        self._lock = threading.Lock()
+
+    def request(self, op: str, timeout: float, **args: Any) -> Any:
+        """Send one request and return its decoded result.
+
+        Every request is a read (or an idempotent load), so one failing on a kept
+        connection (the index server restarted since) is sent again on a new one."""
+        message = json.dumps({"op": op, **args}, separators=(",", ":")).encode() + b"\n"
+        line = b""
+        for attempt in (1, 2):
+            conn, reused = self._take(timeout)
+            try:
+                line = conn.exchange(message, timeout)
+            except TimeoutError as exc:
+                conn.close()
+                raise IndexTransportError(f"{self.socket_path}: no answer in time") from exc
+            except OSError as exc:
+                conn.close()
+                if reused and attempt == 1:
+                    self.close()  # the others went stale with it
+                    continue
+                raise IndexTransportError(f"{self.socket_path}: {exc}") from exc
+            if line:
+                self._give_back(conn)
+                break
+            conn.close()
+            self.close()
+            if not (reused and attempt == 1):
+                raise IndexTransportError(f"{self.socket_path}: the index server hung up")
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            raise IndexTransportError(f"{self.socket_path}: bad reply: {exc}") from exc
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise IndexRequestError(f"{error.get('type')}: {error.get('message')}")
+        try:
+            return decode(reply.get("result"))
+        except RequestError as exc:  # a packed vector that is not one
+            raise IndexTransportError(f"{self.socket_path}: bad reply: {exc}") from exc
+
+    def _take(self, timeout: float) -> tuple[_Conn, bool]:
+        """An idle connection (True: reused) or a new one; OSError if none can be made."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        try:
+            return _Conn(self.socket_path, timeout), False
+        except OSError as exc:
+            raise IndexTransportError(f"{self.socket_path}: {exc}") from exc
+
+    def _give_back(self, conn: _Conn) -> None:
+        with self._lock:
+            if len(self._idle) < self._keep:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def has_collection(self, name: str, *, timeout: float) -> bool:
+        return bool(self.request("has_collection", timeout, collection=name))
+
+    def get_collection_stats(self, name: str, *, timeout: float) -> dict[str, Any]:
+        return dict(self.request("get_collection_stats", timeout, collection=name))
+
+    def get_load_state(self, name: str, *, timeout: float) -> dict[str, Any]:
+        return dict(self.request("get_load_state", timeout, collection=name))
+
+    def load_collection(self, name: str, *, timeout: float) -> None:
+        self.request("load_collection", timeout, collection=name)
+
+    def query(
+        self, name: str, *, filter: str, output_fields: list[str], limit: int | None, timeout: float
+    ) -> list[dict[str, Any]]:
+        args = {"filter": filter, "output_fields": output_fields, "limit": limit}
+        return list(self.request("query", timeout, collection=name, **args))
+
+    def search(
+        self,
+        name: str,
+        *,
+        data: list[float] | str,
+        anns_field: str,
+        metric_type: str,
+        limit: int,
+        output_fields: list[str],
+        filter: str,
+        timeout: float,
+    ) -> list[dict[str, Any]]:
+        return list(
+            self.request(
+                "search",
+                timeout,
+                collection=name,
+                data=data if isinstance(data, str) else pack_vector(data),
+                anns_field=anns_field,
+                metric_type=metric_type,
+                limit=limit,
+                output_fields=output_fields,
+                filter=filter,
+            )
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+# -- remote: pymilvus -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _translated(uri: str) -> Iterator[None]:
+    """pymilvus' and gRPC's errors as this module's two."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    try:
+        yield
+    except MilvusException as exc:
+        raise IndexRequestError(exc.message) from exc
+    except (grpc.RpcError, grpc.FutureTimeoutError, ConnectionError, TimeoutError) as exc:
+        raise IndexTransportError(f"{uri}: {exc}") from exc
+
+
+class PymilvusIndexClient:
+    """A Milvus server over pymilvus: the requests recall made before this seam."""
+
+    def __init__(self, target: IndexTarget, timeout: float) -> None:
+        from pymilvus import MilvusClient
+
+        self.uri = target.uri
+        with _translated(self.uri):
+            self._client = MilvusClient(
+                uri=target.uri, token=target.token, timeout=timeout, dedicated=True
+            )
+
+    def has_collection(self, name: str, *, timeout: float) -> bool:
+        with _translated(self.uri):
+            return bool(self._client.has_collection(name, timeout=timeout))
+
+    def get_collection_stats(self, name: str, *, timeout: float) -> dict[str, Any]:
+        with _translated(self.uri):
+            return dict(self._client.get_collection_stats(name, timeout=timeout))
+
+    def get_load_state(self, name: str, *, timeout: float) -> dict[str, Any]:
+        with _translated(self.uri):
+            state = self._client.get_load_state(name, timeout=timeout)
+        return {"state": str(state.get("state", "")).rpartition(".")[2]}
+
+    def load_collection(self, name: str, *, timeout: float) -> None:
+        with _translated(self.uri):
+            self._client.load_collection(name, timeout=timeout)
+
+    def query(
+        self, name: str, *, filter: str, output_fields: list[str], limit: int | None, timeout: float
+    ) -> list[dict[str, Any]]:
+        extra: dict[str, Any] = {"limit": limit} if limit is not None else {}
+        if "count(*)" in output_fields:
+            extra["consistency_level"] = "Strong"
+        with _translated(self.uri):
+            rows = self._client.query(
+                collection_name=name,
+                filter=filter,
+                output_fields=output_fields,
+                timeout=timeout,
+                **extra,
+            )
+        return [dict(r) for r in rows]
+
+    def search(
+        self,
+        name: str,
+        *,
+        data: list[float] | str,
+        anns_field: str,
+        metric_type: str,
+        limit: int,
+        output_fields: list[str],
+        filter: str,
+        timeout: float,
+    ) -> list[dict[str, Any]]:
+        extra = {"filter": filter} if filter else {}
+        with _translated(self.uri):
+            res = self._client.search(
+                collection_name=name,
+                data=[data],
+                anns_field=anns_field,
+                search_params={"metric_type": metric_type, "params": {}},
+                limit=limit,
+                output_fields=output_fields,
+                timeout=timeout,
+                **extra,
+            )
+        return list(res[0]) if res else []
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()

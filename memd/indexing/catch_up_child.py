@@ -74,9 +74,10 @@ def index_files(
     match and nothing is embedded twice); the number of chunks added."""
     from memsearch.core import MemSearch
 
-    from memd.indexing import chunking
+    from memd.indexing import chunking, index_lock
 
     chunking.install()  # chunk as the watcher does (the indexing size policy)
+    index_lock.install_from_env()  # and never beside the watcher's run on the same files
     mem = MemSearch(
         [str(sessions)],
         embedding_provider=provider,

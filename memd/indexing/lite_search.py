@@ -10,7 +10,8 @@ largest part of recall's latency.
 Those answers only change when the segments or the tombstones do. memd's index server
 flushes after every write, so the memtable is nearly always empty; then the visible rows
 of each segment (and its unit vectors) are computed once per generation (the same tuple
-of immutable segments and the same tombstones) and reused. Whenever the memtable holds
+of immutable segments and the same tombstones, `memd.indexing.lite_visibility`) and
+reused. Whenever the memtable holds
 rows or deletes, or a search names partitions, Lite's own code runs unchanged.
 
 `install_cached_visibility` (called by `memd.indexing.analysis.install_lite_analyzers`,
@@ -23,50 +24,17 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import structlog
 
+from memd.indexing.lite_visibility import BUILDING, Generation, generation, search_snapshot
+
 log = structlog.get_logger()
 
-_CACHE = "_memd_visible"  # attribute on a Collection: its last _Generation
-_BUILDING = threading.RLock()  # derivations and BM25 index builds: one at a time
 _SEARCHING: contextvars.ContextVar[Any] = contextvars.ContextVar("memd_searching", default=None)
-
-
-@dataclass
-class _Generation:
-    """What a search may see of one read snapshot, and what it may reuse."""
-
-    segments: tuple[Any, ...]  # kept alive, so ids in `masks` stay theirs
-    deletes: dict[Any, int]  # the tombstones: key -> seq of its last delete
-    newest: dict[Any, int]  # key -> seq of its newest version in `segments`
-    masks: dict[int, np.ndarray]  # id(segment) -> its rows that are live versions
-    units: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
-
-    def matches(self, segments: tuple[Any, ...], deletes: dict[Any, int]) -> bool:
-        return (
-            len(segments) == len(self.segments)
-            and all(a is b for a, b in zip(segments, self.segments, strict=True))
-            and deletes == self.deletes
-        )
-
-    def unit_vectors(self, seg: Any, name: str) -> np.ndarray:
-        """The segment's vectors scaled to length 1 (zero vectors stay zero), as Lite's
-        cosine distance computes them."""
-        key = (id(seg), name)
-        unit = self.units.get(key)
-        if unit is None:
-            vectors, _nulls = seg.vector_data(name)
-            vectors = np.asarray(vectors, dtype=np.float32)
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            unit = vectors / np.where(norms == 0, 1.0, norms)
-            self.units[key] = unit
-        return unit
 
 
 def install_cached_visibility() -> None:
@@ -120,7 +88,7 @@ def install_cached_visibility() -> None:
     def snapshot(self: Any) -> Any:
         if _SEARCHING.get() is not self:
             return read_snapshot(self)
-        return _search_snapshot(self, read_snapshot)
+        return search_snapshot(self, read_snapshot)
 
     @functools.wraps(refresh)
     def refresh_and_count(self: Any) -> Any:
@@ -139,52 +107,6 @@ def install_cached_visibility() -> None:
     module.Collection._ensure_loaded_segments_indexed = index_then_warm
     module.execute_search_with_index = search_dense
     module.Collection._search_sparse = search_sparse
-
-
-def generation(coll: Any) -> tuple[tuple[Any, ...], Any, _Generation] | None:
-    """The read snapshot and its visibility, or None when Lite's own code must decide
-    (rows or deletes still in the memtable).
-
-    The memtable is checked before the snapshot is taken: a row that was in it then is
-    answered by Lite's code; a row flushed since is in the snapshot's segments."""
-    if coll._memtable.size():
-        return None
-    segments, deltas = coll._read_snapshot()
-    cached: _Generation | None = getattr(coll, _CACHE, None)
-    if cached is not None and cached.matches(segments, deltas._map):
-        return segments, deltas, cached
-    with _BUILDING:  # one thread derives it; the others then find it
-        cached = getattr(coll, _CACHE, None)
-        if cached is not None and cached.matches(segments, deltas._map):
-            return segments, deltas, cached
-        fresh = _derive(cached, segments, dict(deltas._map))
-        setattr(coll, _CACHE, fresh)
-    return segments, deltas, fresh
-
-
-def _search_snapshot(coll: Any, read_snapshot: Callable[[Any], Any]) -> Any:
-    """Lite's read snapshot for a search; while another thread holds the maintenance lock,
-    the last one taken if the segment cache has not changed since.
-
-    Lite's background compaction holds that lock while it merges segments (30-150 ms
-    measured at 10k chunks), and every search waited for it. A compaction changes which
-    files hold the rows, not which rows are visible, and segments are immutable, so the
-    snapshot from before it answers the same. Anything that does change the segment cache
-    (a flush, a finished compaction, a load) counts in `_memd_refreshes` under the lock; a
-    snapshot taken before such a change is not reused."""
-    lock = coll._maintenance_lock
-    if lock.acquire(blocking=False):
-        try:
-            refreshes = getattr(coll, "_memd_refreshes", 0)
-            snap = read_snapshot(coll)
-        finally:
-            lock.release()
-        coll._memd_last_snapshot = (refreshes, snap)
-        return snap
-    last = getattr(coll, "_memd_last_snapshot", None)
-    if last is not None and last[0] == getattr(coll, "_memd_refreshes", 0):
-        return last[1]
-    return read_snapshot(coll)
 
 
 def warm(coll: Any) -> None:
@@ -209,72 +131,7 @@ def warm(coll: Any) -> None:
                 gen.unit_vectors(seg, spec.field_name)
 
 
-def _derive(
-    prev: _Generation | None, segments: tuple[Any, ...], deletes: dict[Any, int]
-) -> _Generation:
-    """The visibility of a new snapshot, from the previous one where that is cheaper.
-
-    A flush adds a segment, a compaction swaps some for their merge, a delete adds a
-    tombstone: only the keys in segments that came or went, or whose tombstone changed,
-    can change which row is visible. Everything else is copied."""
-    if prev is None:
-        return _full(segments, deletes)
-    before, now = {id(s) for s in prev.segments}, {id(s) for s in segments}
-    moved = [s for s in segments if id(s) not in before]
-    moved += [s for s in prev.segments if id(s) not in now]
-    changed = {pk for seg in moved for pk in seg.pks}
-    changed.update(pk for pk, seq in deletes.items() if prev.deletes.get(pk) != seq)
-    changed.update(pk for pk in prev.deletes if pk not in deletes)
-    if len(changed) > len(prev.newest) // 2:
-        return _full(segments, deletes)
-    newest = dict(prev.newest)
-    for pk in changed:
-        seqs = [int(s.seqs[row]) for s in segments if (row := s.pk_to_row.get(pk)) is not None]
-        if seqs:
-            newest[pk] = max(seqs)
-        else:
-            newest.pop(pk, None)
-    masks = {}
-    for seg in segments:
-        if id(seg) not in before:
-            masks[id(seg)] = _mask(seg, newest, deletes)
-            continue
-        mask = prev.masks[id(seg)]
-        rows = [(row, pk) for pk in changed if (row := seg.pk_to_row.get(pk)) is not None]
-        if rows:
-            mask = mask.copy()
-            for row, pk in rows:
-                seq = int(seg.seqs[row])
-                mask[row] = newest[pk] == seq and deletes.get(pk, -1) <= seq
-        masks[id(seg)] = mask
-    units = {k: v for k, v in prev.units.items() if k[0] in now}  # still right
-    return _Generation(segments, deletes, newest, masks, units)
-
-
-def _full(segments: tuple[Any, ...], deletes: dict[Any, int]) -> _Generation:
-    newest: dict[Any, int] = {}
-    for seg in segments:
-        for pk, seq in zip(seg.pks, seg.seqs.tolist(), strict=True):
-            if seq > newest.get(pk, -1):
-                newest[pk] = seq
-    masks = {id(seg): _mask(seg, newest, deletes) for seg in segments}
-    return _Generation(segments, deletes, newest, masks)
-
-
-def _mask(seg: Any, newest: dict[Any, int], deletes: dict[Any, int]) -> np.ndarray:
-    """The segment's rows holding their key's newest version, not deleted since."""
-    seqs = seg.seqs.tolist()
-    return np.fromiter(
-        (
-            newest[pk] == seq and deletes.get(pk, -1) <= seq
-            for pk, seq in zip(seg.pks, seqs, strict=True)
-        ),
-        dtype=bool,
-        count=len(seqs),
-    )
-
-
-def _row_mask(gen: _Generation, seg: Any, compiled: Any, plan: Any) -> np.ndarray:
+def _row_mask(gen: Generation, seg: Any, compiled: Any, plan: Any) -> np.ndarray:
     mask = gen.masks[id(seg)]
     if compiled is not None:
         from milvus_lite.search.indexed_filter import evaluate_segment_filter
@@ -319,7 +176,7 @@ def _dense(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
 
 
 def _segment_top_k(
-    gen: _Generation,
+    gen: Generation,
     seg: Any,
     name: str,
     metric: str,
@@ -445,7 +302,7 @@ def _sparse_index(coll: Any, seg: Any, name: str, metric: str) -> Any:
     index = seg.sparse_indexes.get(name)
     if sparse_index_matches(index, metric, params):
         return index
-    with _BUILDING:  # a search waits for the background warm-up instead of racing it
+    with BUILDING:  # a search waits for the background warm-up instead of racing it
         index = seg.sparse_indexes.get(name)
         if not sparse_index_matches(index, metric, params):
             rows = seg.table.column(name).to_pylist()

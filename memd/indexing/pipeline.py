@@ -16,7 +16,6 @@ import functools
 import hashlib
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,15 +24,14 @@ from typing import Any
 
 import structlog
 
-from memd import trust
 from memd.config import Config
-from memd.indexing import catch_up_run, embedding, maintenance, settings
+from memd.indexing import catch_up_run, embedding, leftovers, maintenance, settings
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
-from memd.indexing.shared_index import SHARED_NAME, SharedIndex, is_shared_server
+from memd.indexing.shared_index import SHARED_NAME, SharedIndex
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.supervision import ChildSpec, Supervisor, reap_leftovers
+from memd.supervision import ChildSpec, Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 log = structlog.get_logger()
@@ -93,27 +91,6 @@ def _fingerprint(config: Config) -> tuple[Any, ...]:
     return (config.embedding, config.milvus)
 
 
-def _started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) -> bool:
-    """Whether `argv` is this client's index server or watcher as memd starts them: the
-    interpreter, module and the client's own data folder or sessions/ must all match."""
-    placeholder = Endpoint("http://127.0.0.1:0/v1", "", "")  # argv[:5] never names it
-    commands = [settings.watcher_command(config, layout, placeholder).argv]
-    server = settings.index_server_command(config, layout)
-    if server is not None:
-        commands.append(server.argv)
-    return any(list(argv[:5]) == list(command[:5]) for command in commands)
-
-
-def _is_zygote(argv: Sequence[str]) -> bool:
-    """Whether `argv` is a zygote as memd starts it (interpreter and module)."""
-    return list(argv[:3]) == [sys.executable, "-m", "memd.supervision.zygote"]
-
-
-def _is_memd_wide(argv: Sequence[str]) -> bool:
-    """Whether `argv` is one of memd's children not tied to a client (`<memory_dir>/.memd/`)."""
-    return _is_zygote(argv) or is_shared_server(argv)
-
-
 class Pipelines:
     """Owns the supervisor, the embedding endpoint and every client's pipeline."""
 
@@ -142,10 +119,10 @@ class Pipelines:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
 
         Only configured clients' folders are looked at, only if they pass the trust rule,
-        and only children memd starts for that client are stopped (see `_started_by_memd`):
+        and only children memd starts for that client are stopped (`memd.indexing.leftovers`):
         a pidfile is readable data anyone could have written.
         """
-        await self._reap_zygote(config.memory_dir)
+        await leftovers.reap_memd_wide(config.memory_dir)
         if self.spawner is not None:
             # first, so it imports while the rest starts; on the loop: spawns happen there
             self._start_zygote(config.memory_dir, config.supervision.zygote)
@@ -158,36 +135,9 @@ class Pipelines:
                 on_fatal=self._unshare,
             )
         for client_id in sorted(config.clients):
-            layout = ClientLayout(config.memory_dir, client_id)
-            try:
-                trust.check_dir(layout.root)
-                trust.check_dir(layout.state_dir)
-            except FileNotFoundError:
-                continue
-            except trust.UntrustedPath as exc:
-                log.warning("pipeline.leftovers_not_reaped", client=client_id, error=str(exc))
-                continue
-            expected = functools.partial(_started_by_memd, config, layout)
-            reaped = await asyncio.to_thread(reap_leftovers, layout.state_dir, expected=expected)
-            if reaped:
-                log.warning("pipeline.reaped_leftovers", dir=str(layout.state_dir), pids=reaped)
+            await leftovers.reap_client(config, ClientLayout(config.memory_dir, client_id))
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
-
-    async def _reap_zygote(self, memory_dir: Path) -> None:
-        """A zygote an earlier memd left behind, if its folder passes the trust rule."""
-        state_dir = memory_dir / ".memd"
-        try:
-            trust.check_dir(memory_dir)
-            trust.check_dir(state_dir)
-        except FileNotFoundError:
-            return
-        except trust.UntrustedPath as exc:
-            log.warning("pipeline.leftovers_not_reaped", dir=str(state_dir), error=str(exc))
-            return
-        reaped = await asyncio.to_thread(reap_leftovers, state_dir, expected=_is_memd_wide)
-        if reaped:
-            log.warning("pipeline.reaped_leftovers", dir=str(state_dir), pids=reaped)
 
     def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
         """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits

@@ -749,3 +749,31 @@ def test_the_watcher_waits_for_the_clients_index_lock(
     wait_for(lambda: client.rows(), what="indexing once the lock is free")
     assert [Path(r["source"]).name for r in client.rows()] == ["s1.md"]
     assert indexing.watcher_ready(client.watcher.pid, client.layout.sessions)
+
+
+@pytest.mark.slow
+def test_the_catch_up_child_waits_for_the_clients_index_lock(
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
+) -> None:
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    indexing.ensure_dirs(layout)
+    cmd = indexing.index_server_command(config, layout)
+    assert cmd is not None
+    children.append(Child(cmd.argv, tmp_path / "index.log", dict(cmd.env), cmd.cwd))
+    wait_for(lambda: index_ready(indexing.index_socket_path(layout)), what="index server")
+    since = time.time() - 1
+    (layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
+    lock = index_lock.lock_path(layout)
+    added: list[int] = []
+    with index_lock.locked(lock):  # as the watcher holds it while it indexes
+        run = threading.Thread(
+            target=lambda: added.append(
+                asyncio.run(catch_up_run.run_child(config, layout, endpoint, since))
+            )
+        )
+        run.start()
+        wait_for(lambda: bool(_waiters(lock)), what="the catch-up child to wait")
+        assert index_rows(indexing.index_target(config, layout), ("source",)) == []
+    run.join(120)
+    assert added == [1]

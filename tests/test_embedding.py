@@ -1,4 +1,5 @@
-"""The embedded WordLlama model and the OpenAI-compatible endpoint that serves it to watchers."""
+"""The embedded models (MiniLM by default, WordLlama) and the OpenAI-compatible endpoint that
+serves them to watchers. MiniLM's own checks are in test_minilm.py."""
 
 from __future__ import annotations
 
@@ -52,21 +53,24 @@ def test_model_loads_from_the_wheel_without_any_network(monkeypatch: pytest.Monk
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     model = embedding.load_model()
-    assert model.dimension == embedding.DIMENSION == 256
+    assert model.dimension == embedding.WORDLLAMA_DIMENSION == 256
     assert len(model.embed(["offline"])[0]) == 256
 
 
-def test_vectors_are_unit_length_and_256_floats() -> None:
-    vectors = embed(["hello world", "the cat sat on the mat", "Grüße, 世界"])
-    assert [len(v) for v in vectors] == [256, 256, 256]
+@pytest.mark.parametrize("model", list(embedding.MODELS))
+def test_vectors_are_unit_length_and_of_the_models_dimension(model: str) -> None:
+    vectors = embed(["hello world", "the cat sat on the mat", "Grüße, 世界"], model)
+    dim = embedding.MODELS[model].dimension
+    assert [len(v) for v in vectors] == [dim, dim, dim]
     for vec in vectors:
         assert math.isclose(math.sqrt(sum(x * x for x in vec)), 1.0, abs_tol=1e-5)
 
 
-def test_a_text_gets_the_same_vector_alone_or_in_any_batch() -> None:
+@pytest.mark.parametrize("model", list(embedding.MODELS))
+def test_a_text_gets_the_same_vector_alone_or_in_any_batch(model: str) -> None:
     text = "what did we decide about the database migration?"
-    alone = embed_one(text)
-    batched = embed(["a much longer neighbour " * 40, text, "x"])[1]
+    alone = embed_one(text, model)
+    batched = embed(["a much longer neighbour " * 40, text, "x"], model)[1]
     assert alone == batched
 
 
@@ -87,17 +91,19 @@ def test_same_maths_as_wordllama_itself() -> None:
         weights = fh.get_tensor("embedding.weight")
     texts = ["memory recall for an LLM", "Paris is the capital of France."]
     reference = WordLlamaInference(weights, tok).embed(texts, norm=True)
-    for ours, ref in zip(embed(texts), reference, strict=True):
+    for ours, ref in zip(embed(texts, embedding.WORDLLAMA_MODEL), reference, strict=True):
         assert max(abs(a - float(b)) for a, b in zip(ours, ref, strict=True)) < 1e-6
 
 
-def test_similar_texts_are_closer_than_unrelated_ones() -> None:
+@pytest.mark.parametrize("model", list(embedding.MODELS))
+def test_similar_texts_are_closer_than_unrelated_ones(model: str) -> None:
     a, b, c = embed(
         [
             "the weather is sunny and warm",
             "sunny warm weather today",
             "compile the rust crate with cargo",
-        ]
+        ],
+        model,
     )
 
     def cos(x: list[float], y: list[float]) -> float:
@@ -106,15 +112,17 @@ def test_similar_texts_are_closer_than_unrelated_ones() -> None:
     assert cos(a, b) > cos(a, c)
 
 
-def test_empty_text_gets_a_finite_unit_vector() -> None:
-    vec = embed_one("")
+@pytest.mark.parametrize("model", list(embedding.MODELS))
+def test_empty_text_gets_a_finite_unit_vector(model: str) -> None:
+    vec = embed_one("", model)
     assert all(math.isfinite(x) for x in vec)
     assert math.isclose(sum(x * x for x in vec), 1.0, abs_tol=1e-5)
 
 
 def test_importing_memd_embedding_leaves_root_logging_alone() -> None:
     code = (
-        "import logging, memd.indexing.embedding as e; e.Embedder().embed(['x']);"
+        "import logging, memd.indexing.embedding as e; m = e.Embedder();"
+        "[m.embed(['x'], name) for name in e.MODELS];"
         "print(len(logging.getLogger().handlers))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -155,7 +163,7 @@ def test_wrong_or_missing_key_is_401(server: Endpoint) -> None:
     assert _post(server, body, key="wrong")[0] == 401
     assert _post(server, body, key="")[0] == 401
     status, data, _ = _post(server, body)
-    assert status == 200 and len(data["data"][0]["embedding"]) == 256
+    assert status == 200 and len(data["data"][0]["embedding"]) == embedding.DIMENSION
 
 
 def test_bad_requests_get_openai_shaped_errors(server: Endpoint) -> None:
@@ -191,9 +199,18 @@ def test_memsearch_openai_provider_detects_dimension_and_batches(server: Endpoin
     provider = get_provider(
         "openai", model=server.model, base_url=server.base_url, api_key=server.api_key, batch_size=2
     )
-    assert provider.dimension == 256
+    assert provider.dimension == embedding.DIMENSION
     texts = [f"chunk number {i}" for i in range(5)]
     assert asyncio.run(provider.embed(texts)) == embed(texts)
+
+
+@pytest.mark.parametrize("model", list(embedding.MODELS))
+def test_one_endpoint_serves_every_bundled_model_by_name(server: Endpoint, model: str) -> None:
+    """Clients may switch between the bundled providers while memd runs: the endpoint
+    answers each model by the name a watcher asks for, with that model's vectors."""
+    status, data, _ = _post(server, {"model": model, "input": ["spare key"]})
+    assert status == 200 and data["model"] == model
+    assert data["data"][0]["embedding"] == embed_one("spare key", model)
 
 
 def test_stop_frees_the_port() -> None:

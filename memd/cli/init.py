@@ -39,7 +39,8 @@ TEMPLATE = """\
 # max_session_minutes = {top.max_session_minutes:g}
 # monitor_interval_seconds = {top.monitor_interval_seconds:g}
 
-# [embedding]                 # "wordllama": the bundled offline model; or a memsearch provider
+# [embedding]                 # bundled offline: "minilm" (all-MiniLM-L6-v2), "wordllama"
+#                             # (lighter, no paraphrases); or a memsearch provider
 # provider = "{top.embedding.provider}"      # {others}
 # model = ""
 # base_url = ""

@@ -15,8 +15,10 @@ from types import MappingProxyType
 MODES = ("mcp_via_llm", "both", "llm_only", "mcp_only")
 MEMORY_MODES = ("mcp_via_llm", "both")
 LLM_PROVIDERS = ("openai", "anthropic", "gemini")
-# "wordllama" is memd's embedded offline model; the rest are memsearch's providers.
+# "minilm" (the default) and "wordllama" are memd's bundled offline models; the rest are
+# memsearch's providers.
 EMBEDDING_PROVIDERS = (
+    "minilm",
     "wordllama",
     "openai",
     "google",
@@ -41,7 +43,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
-    provider: str = "wordllama"
+    provider: str = "minilm"
     model: str = ""
     base_url: str = ""
     api_key: str = ""  # already resolved from "env:VAR"

@@ -22,7 +22,7 @@ import hmac
 import json
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -40,6 +40,8 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_INPUTS = 2048
 
 Embedder = Callable[[list[str]], list[list[float]]]
+# What the server calls: texts and the model asked for.
+_ModelEmbedder = Callable[[list[str], str], list[list[float]]]
 
 
 class RequestError(Exception):
@@ -60,18 +62,21 @@ class Endpoint:
     model: str
 
 
-def parse_request(body: bytes, model: str) -> tuple[list[str], str]:
-    """Validate an embeddings request; return its texts and the encoding format asked for."""
+def parse_request(body: bytes, model: str | Collection[str]) -> tuple[list[str], str, str]:
+    """Validate an embeddings request for one of the served models; return its texts, the
+    model asked for and the encoding format asked for."""
+    served = {model} if isinstance(model, str) else set(model)
     try:
         req = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid JSON body: {exc}") from None
     if not isinstance(req, dict):
         raise RequestError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-    if req.get("model") != model:
+    asked = req.get("model")
+    if not isinstance(asked, str) or asked not in served:
         raise RequestError(
             HTTPStatus.NOT_FOUND,
-            f"model {req.get('model')!r} is not served here; use {model!r}",
+            f"model {asked!r} is not served here; use one of {sorted(served)}",
             "model_not_found",
         )
     texts = req.get("input")
@@ -84,7 +89,7 @@ def parse_request(body: bytes, model: str) -> tuple[list[str], str]:
     fmt = req.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):
         raise RequestError(HTTPStatus.BAD_REQUEST, "encoding_format must be float or base64")
-    return texts, fmt
+    return texts, asked, fmt
 
 
 def response_body(vectors: list[list[float]], model: str, fmt: str, tokens: int) -> bytes:
@@ -112,9 +117,9 @@ class _App:
     call costs well under a millisecond.
     """
 
-    def __init__(self, api_key: str, model: str, embedder: Embedder) -> None:
+    def __init__(self, api_key: str, models: Collection[str], embedder: _ModelEmbedder) -> None:
         self.api_key = api_key
-        self.model = model
+        self.served = sorted(models)
         self.embedder = embedder
 
     def application(self) -> web.Application:
@@ -129,12 +134,12 @@ class _App:
             self._check_auth(request)
             if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
-            texts, fmt = parse_request(await request.read(), self.model)
+            texts, model, fmt = parse_request(await request.read(), self.served)
             # Embedding is CPU work: off the event loop, in threads, as http.server did.
             loop = asyncio.get_running_loop()
-            vectors = await loop.run_in_executor(None, self.embedder, texts)
+            vectors = await loop.run_in_executor(None, self.embedder, texts, model)
             tokens = sum(len(t.split()) for t in texts)
-            return _send(HTTPStatus.OK, response_body(vectors, self.model, fmt, tokens))
+            return _send(HTTPStatus.OK, response_body(vectors, model, fmt, tokens))
         except RequestError as exc:
             return _send_error(exc)
         except web.HTTPRequestEntityTooLarge:
@@ -154,7 +159,7 @@ class _App:
             return _send_error(exc)
         body = {
             "object": "list",
-            "data": [{"id": self.model, "object": "model", "owned_by": "memd"}],
+            "data": [{"id": m, "object": "model", "owned_by": "memd"} for m in self.served],
         }
         return _send(HTTPStatus.OK, json.dumps(body).encode())
 
@@ -187,16 +192,28 @@ def _send(status: HTTPStatus, body: bytes) -> web.Response:
 
 class EmbeddingServer:
     """Lifecycle of the endpoint: `start()` binds and serves on a thread's own event loop,
-    `stop()` closes it (the callers are synchronous, and so is this API)."""
+    `stop()` closes it (the callers are synchronous, and so is this API).
+
+    Given memd's `embedding.Embedder` (or nothing), it serves every bundled model by the
+    name a request asks for (each loaded on first use), so one endpoint serves clients
+    on either embedded provider; `endpoint.model` is the default one. Given any other
+    callable, it serves that under `model` alone."""
 
     def __init__(
         self,
-        embedder: Embedder | None = None,
+        embedder: Embedder | embedding.Embedder | None = None,
         model: str = embedding.MODEL_NAME,
         api_key: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        self._embedder = embedder or embedding.Embedder().embed
+        if embedder is None or isinstance(embedder, embedding.Embedder):
+            models = embedder or embedding.Embedder()
+            self._embedder: _ModelEmbedder = models.embed
+            self._models: tuple[str, ...] = tuple(embedding.MODELS)
+        else:
+            plain = embedder
+            self._embedder = lambda texts, _model: plain(texts)
+            self._models = (model,)
         self._model = model
         self._api_key = api_key or secrets.token_urlsafe(32)
         self._host = host
@@ -215,7 +232,7 @@ class EmbeddingServer:
         """Bind a random loopback port and serve (the model is loaded first, not on a call)."""
         if self._port is not None:
             return self.endpoint
-        self._embedder(["warm up"])
+        self._embedder(["warm up"], self._model)
         loop = asyncio.new_event_loop()
         try:
             self._runner = loop.run_until_complete(self._listen())
@@ -231,7 +248,7 @@ class EmbeddingServer:
         return self.endpoint
 
     async def _listen(self) -> web.AppRunner:
-        app = _App(self._api_key, self._model, self._embedder).application()
+        app = _App(self._api_key, self._models, self._embedder).application()
         runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=IDLE_TIMEOUT
         )

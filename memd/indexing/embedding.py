@@ -1,4 +1,9 @@
-"""The embedded default embedding model: WordLlama's bundled 256-dim weights, loaded offline.
+"""The embedded models, loaded offline from what memd's wheels ship, and the one `Embedder`
+that holds them.
+
+Two are bundled: all-MiniLM-L6-v2 (provider "minilm", the default, memd.indexing.minilm)
+and WordLlama (provider "wordllama", below). `MODELS` maps each served model name to its
+provider, dimension and loader; `PROVIDERS` maps a config provider to its model name.
 
 WordLlama is a static embedding: a token-embedding table and mean pooling. memd reads the
 weights and the tokenizer that ship inside the wordllama wheel and pools them itself, per
@@ -19,16 +24,20 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
+from memd.indexing import minilm
+
 log = structlog.get_logger()
 
-# The model name watchers and recall agree on. memsearch puts it into every chunk id.
-MODEL_NAME = "wordllama-l2-256"
-DIMENSION = 256
+# Model names watchers and recall agree on. memsearch puts the name into every chunk id.
+WORDLLAMA_MODEL = "wordllama-l2-256"
+WORDLLAMA_DIMENSION = 256
 _CONFIG = "l2_supercat"
 
 
@@ -41,7 +50,7 @@ def _package_dir() -> Path:
 
 
 def weights_path() -> Path:
-    return _package_dir() / "weights" / f"{_CONFIG}_{DIMENSION}.safetensors"
+    return _package_dir() / "weights" / f"{_CONFIG}_{WORDLLAMA_DIMENSION}.safetensors"
 
 
 def tokenizer_path() -> Path:
@@ -93,36 +102,73 @@ def load_model() -> StaticModel:
     with safe_open(str(weights_path()), framework="np", device="cpu") as fh:
         weights = fh.get_tensor("embedding.weight")
     model = StaticModel(weights, tokenizer)
-    if model.dimension != DIMENSION:
-        raise RuntimeError(f"bundled WordLlama weights have dim {model.dimension}, not {DIMENSION}")
-    log.info("embedding.model_loaded", model=MODEL_NAME, dimension=DIMENSION)
+    if model.dimension != WORDLLAMA_DIMENSION:
+        raise RuntimeError(
+            f"bundled WordLlama weights have dim {model.dimension}, not {WORDLLAMA_DIMENSION}"
+        )
     return model
 
 
+class Model(Protocol):
+    """What an embedded model offers; thread-safe."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A bundled model: the provider that names it in the config, its vectors' size, and
+    how to load it."""
+
+    provider: str
+    dimension: int
+    load: Callable[[], Model]
+
+
+MODELS: dict[str, ModelInfo] = {
+    minilm.MODEL_NAME: ModelInfo("minilm", minilm.DIMENSION, minilm.load_model),
+    WORDLLAMA_MODEL: ModelInfo("wordllama", WORDLLAMA_DIMENSION, load_model),
+}
+PROVIDERS = {info.provider: name for name, info in MODELS.items()}
+# The default: what `[embedding] provider` means when it is not set.
+MODEL_NAME = minilm.MODEL_NAME
+DIMENSION = minilm.DIMENSION
+
+
 class Embedder:
-    """The embedded model, loaded on first use (well under a second, ~32 MB) and kept.
+    """The embedded models, each loaded on first use and kept (MiniLM: ~1 s and ~100 MB;
+    WordLlama: well under a second and ~32 MB).
 
     Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
-    watchers (through `EmbeddingServer`) and every client's recall queries, so the
-    table is in memory once. Thread-safe.
+    watchers (through `EmbeddingServer`) and every client's recall queries, so each model
+    is in memory once, and only the models some client's config names are loaded.
+    Thread-safe.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._model: StaticModel | None = None
+        self._models: dict[str, Model] = {}
 
-    def model(self) -> StaticModel:
-        if self._model is None:
+    def model(self, name: str = MODEL_NAME) -> Model:
+        found = self._models.get(name)
+        if found is None:
+            if name not in MODELS:
+                raise ValueError(f"no bundled embedding model {name!r}")
             with self._lock:
-                if self._model is None:
-                    self._model = load_model()
-        return self._model
+                found = self._models.get(name)
+                if found is None:
+                    found = self._models[name] = MODELS[name].load()
+                    log.info("embedding.model_loaded", model=name, dimension=found.dimension)
+        return found
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        """256 floats per text, unit length."""
+    def embed(self, texts: list[str], model: str = MODEL_NAME) -> list[list[float]]:
+        """One unit-length vector per text, from the bundled model `model`."""
         if not texts:
             return []
-        return self.model().embed(texts)
+        return self.model(model).embed(texts)
 
-    def embed_one(self, text: str) -> list[float]:
-        return self.embed([text])[0]
+    def embed_one(self, text: str, model: str = MODEL_NAME) -> list[float]:
+        return self.embed([text], model)[0]

@@ -352,7 +352,8 @@ class Pipelines:
         if not settings.uses_embedded_model(config.embedding):
             return None
         if self._endpoint is None:
-            self._embed = EmbeddingServer(self.embedder.embed)
+            model = settings.effective_model(config.embedding)  # the one loaded at start
+            self._embed = EmbeddingServer(self.embedder, model=model)
             self._endpoint = await asyncio.to_thread(self._embed.start)
         return self._endpoint
 

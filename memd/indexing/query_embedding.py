@@ -1,6 +1,6 @@
 """Embedding a recall query exactly as the client's watcher embeds its chunks.
 
-memd's embedded model directly; any other provider through memsearch's own provider
+memd's embedded models directly; any other provider through memsearch's own provider
 classes, with the settings the watcher runs with (memd.indexing.settings).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
-from memd.indexing.settings import uses_embedded_model, watcher_embedding
+from memd.indexing.settings import effective_model, uses_embedded_model, watcher_embedding
 
 
 class QueryEmbedder:
@@ -32,7 +32,7 @@ class QueryEmbedder:
 
     def embed(self, text: str, timeout: float) -> list[float]:
         if uses_embedded_model(self._cfg):
-            return self._embedded.embed_one(text)
+            return self._embedded.embed_one(text, effective_model(self._cfg))
         provider, loop = self._ensure_provider()
         future = asyncio.run_coroutine_threadsafe(provider.embed([text]), loop)
         try:

@@ -36,7 +36,7 @@ from memd.layout import ClientLayout
 
 log = structlog.get_logger()
 
-DEFAULT_PROVIDER = "wordllama"
+DEFAULT_PROVIDER = "minilm"  # memd.indexing.minilm; "wordllama" is the other bundled one
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; keep a margin
 
@@ -194,21 +194,24 @@ def index_target(config: Config, layout: ClientLayout) -> IndexTarget:
 
 
 def uses_embedded_model(cfg: EmbeddingConfig) -> bool:
-    return cfg.provider == DEFAULT_PROVIDER
+    """A model memd bundles and serves itself (memd.indexing.embedding.PROVIDERS)."""
+    return cfg.provider in embedding.PROVIDERS
 
 
 def effective_model(cfg: EmbeddingConfig) -> str:
     if uses_embedded_model(cfg):
-        return embedding.MODEL_NAME
+        return embedding.PROVIDERS[cfg.provider]
     return cfg.model or _MEMSEARCH_DEFAULT_MODELS.get(cfg.provider, "")
 
 
 def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> WatcherEmbedding:
-    """The embedded model is reached through memd's OpenAI-compatible endpoint."""
+    """An embedded model is reached through memd's OpenAI-compatible endpoint, which
+    serves every bundled model by name."""
     if uses_embedded_model(cfg):
         if endpoint is None:
             raise ValueError("the embedded model needs memd's embedding endpoint")
-        return WatcherEmbedding("openai", endpoint.model, endpoint.base_url, endpoint.api_key)
+        model = effective_model(cfg)
+        return WatcherEmbedding("openai", model, endpoint.base_url, endpoint.api_key)
     base_url = cfg.base_url
     if cfg.provider == "openai" and not base_url:
         base_url = OPENAI_BASE_URL  # explicit, so no OPENAI_BASE_URL variable can redirect it
@@ -222,7 +225,7 @@ def index_spec(config: Config, layout: ClientLayout) -> IndexSpec:
     return IndexSpec(
         provider=cfg.provider,
         model=effective_model(cfg),
-        dimension=embedding.DIMENSION if embedded else None,
+        dimension=embedding.MODELS[effective_model(cfg)].dimension if embedded else None,
         base_url="" if embedded else cfg.base_url,
         target="local" if target.local else target.uri,
         collection=target.collection,

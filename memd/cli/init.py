@@ -39,8 +39,9 @@ TEMPLATE = """\
 # max_session_minutes = {top.max_session_minutes:g}
 # monitor_interval_seconds = {top.monitor_interval_seconds:g}
 
-# [embedding]                 # bundled offline: "minilm" (all-MiniLM-L6-v2), "wordllama"
-#                             # (lighter, no paraphrases); or a memsearch provider
+# [embedding]                 # bundled offline: "wordllama", or "minilm" (all-MiniLM-L6-v2:
+#                             # finds paraphrases; needs memd[minilm], ~8x the indexing CPU
+#                             # and ~100 MB more memory); or a memsearch provider
 # provider = "{top.embedding.provider}"      # {others}
 # model = ""
 # base_url = ""

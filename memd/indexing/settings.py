@@ -36,7 +36,7 @@ from memd.layout import ClientLayout
 
 log = structlog.get_logger()
 
-DEFAULT_PROVIDER = "minilm"  # memd.indexing.minilm; "wordllama" is the other bundled one
+DEFAULT_PROVIDER = "wordllama"  # memd.indexing.embedding; "minilm" is the other bundled one
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; keep a margin
 

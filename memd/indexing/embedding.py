@@ -135,7 +135,7 @@ MODELS: dict[str, ModelInfo] = {
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
 # The default: what `[embedding] provider` means when it is not set. MiniLM finds
-# paraphrases WordLlama cannot, but costs ~8x the indexing CPU and ~100 MB more memory
+# paraphrases WordLlama cannot, but costs ~18x the indexing CPU and ~100 MB more memory
 # (docs/indexing.md), outside issue 25's bounds, so it is opt-in.
 MODEL_NAME = WORDLLAMA_MODEL
 DIMENSION = WORDLLAMA_DIMENSION

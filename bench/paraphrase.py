@@ -18,9 +18,10 @@ chunk, and then asks through `memory.recall` (top_k 3):
 A question is a hit when one of the three results holds its fact's exchange. It prints
 hit@3 and the share answered "No relevant memories found." for memd's config as started,
 then, on the same index (the config edited in place: [recall] is applied live), for BM25
-alone (bm25_weight 1), the dense half alone (bm25_weight 0) and the relevance bar removed
-(min_score 0); abstention on never-said questions; how long the recorded exchanges took
-until recallable (exchanges/s); and the daemon's resident memory.
+alone (bm25_weight 1), the dense half alone (bm25_weight 0), the relevance bar removed
+(min_score 0) and both; abstention on never-said questions; how long the recorded
+exchanges took until recallable (exchanges/s) and the daemon's CPU meanwhile (it embeds
+for the watchers); and the daemon's resident memory. Figures: docs/indexing.md.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
         old = Config(memory_dir=tmp_path / "memory")
         client = start_client(children, old, "alice", endpoint)
         (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
-        wait_for(lambda: client.rows(("embedding",)), what="first indexing")
+        wait_for(lambda: client.rows(("embedding",)), timeout=180, what="first indexing")
         assert len(client.rows(("embedding",))[0]["embedding"]) == 256
 
         new = Config(memory_dir=old.memory_dir, embedding=EmbeddingConfig(provider="minilm"))

@@ -92,7 +92,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     config = load_config(path)
     if not config.proxy.enabled:
         print(
-            f"memd: no upstream: set upstream_base_url in the [proxy] table of {path}",
+            f"memd: no upstream: set upstream_base_url (or anthropic_base_url) in the "
+            f"[proxy] table of {path}",
             file=sys.stderr,
         )
         return EXIT_USAGE

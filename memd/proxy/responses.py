@@ -7,32 +7,31 @@ completion (memd/proxy/server.py); the recall loop is memd/proxy/responses_loop.
 Recording: a turn is the request's `input` (a string, or items: messages, function
 calls and their outputs, content parts), after `instructions` as the system prompt, and
 the response's output, all in memd's one shape (memd/proxy/convert.py). An app that
-resends the whole input is matched by memd's prefix hashes like a chat app; an app that
-sends `previous_response_id` and only the new items gets its history from the proxy's
-durable map of response ids (memd/proxy/chain.py), so the turn lands in the same
-conversation either way. The map is written before the app sees the response complete,
-so its next turn always finds it. `store: false` asks the upstream to keep nothing; memd
-still records (the client's memory settings govern that), but no map row is kept, since
-such a response cannot be continued by id.
+resends the whole input is matched by memd's prefix hashes like a chat app. An app that
+sends `previous_response_id` and only the new items is recorded with `after` = the head
+memd returned for the response it names (kept in memd/proxy/chain.py), so the turn lands
+in the same conversation either way. The head is looked up when the turn's record runs,
+after the record of the turn before it (records of a client run in order), so a
+continuation sent the moment the app got its answer still finds it. `store: false` asks
+the upstream to keep nothing; memd still records (the client's memory settings govern
+that), but no head is kept, since such a response cannot be continued by id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import structlog
 from aiohttp import web
 
 from memd.proxy import convert
 from memd.proxy import upstream as up
-from memd.proxy.apis import EventTee, forward, named_event
+from memd.proxy.apis import BodyTee, EventTee, forward, named_event
 from memd.proxy.chain import ResponseChain
-from memd.proxy.relay import Settings, UpstreamFailed, send
-from memd.proxy.responses_loop import ResponsesLoop, ResponsesTool, refusal_reason, whole_response
+from memd.proxy.relay import Settings, UpstreamFailed
+from memd.proxy.responses_loop import ResponsesLoop, ResponsesTool, refusal_reason
 
 if TYPE_CHECKING:
     from memd.proxy.server import ProxyApp
@@ -97,7 +96,6 @@ class ResponsesRoute:
             turn.body,
             tool,
             lambda name, args: self.app.call_memory(turn.client, name, args),
-            turn.keep,
         )
         try:
             response, final = await (loop.streamed() if turn.body.get("stream") else loop.plain())
@@ -117,9 +115,9 @@ class ResponsesRoute:
     async def _forward(
         self, request: web.Request, settings: Settings, raw: bytes, turn: Turn | None
     ) -> web.StreamResponse:
-        if turn is not None and not turn.body.get("stream"):
-            return await self._forward_whole(request, settings, raw, turn)
-        tee = StreamTee(turn.keep) if turn is not None else None
+        tee: StreamTee | JsonTee | None = None
+        if turn is not None:
+            tee = StreamTee() if turn.body.get("stream") else JsonTee()
         return await forward(
             self.app,
             request,
@@ -131,73 +129,60 @@ class ResponsesRoute:
             lambda exc: up.failure_response(exc, settings.read_timeout),
         )
 
-    async def _forward_whole(
-        self, request: web.Request, settings: Settings, raw: bytes, turn: Turn
-    ) -> web.StreamResponse:
-        """A non-streamed answer, read whole so the map is written before it goes out."""
-        try:
-            upstream = await send(self.app.session, settings, request, raw)
-            try:
-                data = await upstream.read()
-            finally:
-                upstream.release()
-        except (UpstreamFailed, aiohttp.ClientError, TimeoutError) as exc:
-            self.app.stats.upstream_errors += 1
-            cause = exc.cause if isinstance(exc, UpstreamFailed) else exc
-            return up.failure_response(cause, settings.read_timeout)
-        headers = up.response_headers(upstream, keep_length=True)
-        final = whole_response(data) if upstream.status == 200 else None
-        if upstream.status >= 400:
-            self.app.stats.upstream_errors += 1
-        if final is not None:
-            turn.keep(final)
-            turn.record(final)
-        return web.Response(status=upstream.status, body=data, headers=headers)
-
 
 class Turn:
-    """One request's turn: its history, and how it is kept and recorded once answered."""
+    """One request's turn: recorded once answered, after the turn it continues."""
 
     def __init__(self, route: ResponsesRoute, client: str, body: dict[str, Any]) -> None:
         self.route, self.client, self.body = route, client, body
         previous = body.get("previous_response_id")
         self.previous = previous if isinstance(previous, str) else None
-        self.history = route.chain.history(client, self.previous) if self.previous else None
-        self.new = convert.responses_input(body, with_instructions=self.history is None)
-        self._kept = False
-
-    def keep(self, final: dict[str, Any]) -> None:
-        """The map row for the response (once), unless the app asked for `store: false`."""
-        rid = final.get("id")
-        if self._kept or self.body.get("store") is False or not isinstance(rid, str):
-            return
-        self._kept = True
-        reply = convert.responses_reply(final.get("output"))
-        try:
-            self.route.chain.add(self.client, rid, self.previous, [*self.new, reply])
-        except Exception as exc:  # the map is a convenience; the chat must go on
-            log.warning("proxy.response_map_failed", client=self.client, error=str(exc))
+        self.response_id: str | None = None
 
     def record(self, final: dict[str, Any]) -> None:
-        self.keep(final)
-        messages = [*(self.history or []), *self.new]
-        if messages:
-            reply = convert.responses_reply(final.get("output"))
-            self.route.app.recorder.submit(self.client, messages, reply)
+        rid = final.get("id")
+        self.response_id = rid if isinstance(rid, str) else None
+        reply = convert.responses_reply(final.get("output"))
+        self.route.app.recorder.submit(self.client, [], reply, self)
+
+    # --- memd.proxy.recorder.Continuation: run when the record before it is done ------
+
+    def params(self, _messages: list[Any]) -> tuple[list[Any], str | None]:
+        """The new items after the head of the turn named; unknown: all, as a new chat."""
+        head = self.route.chain.head(self.client, self.previous) if self.previous else None
+        return convert.responses_input(self.body, with_instructions=head is None), head
+
+    def recorded(self, result: dict[str, Any]) -> None:
+        """Keep the head under the response id, unless the app asked for `store: false`."""
+        head = result.get("head")
+        if self.response_id is None or self.body.get("store") is False:
+            return
+        if not isinstance(head, str):
+            return
+        try:
+            self.route.chain.add(self.client, self.response_id, head)
+        except Exception as exc:  # the map is a convenience; the chat is done already
+            log.warning("proxy.response_map_failed", client=self.client, error=str(exc))
 
 
 class StreamTee(EventTee):
-    """Takes the final response from its `response.completed` event (and keeps it at once)."""
+    """Takes the final response from its `response.completed` event."""
 
-    def __init__(self, keep: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self) -> None:
         self.final: dict[str, Any] | None = None
-        self.keep = keep
         super().__init__(self._event)
 
     def _event(self, event: dict[str, Any]) -> None:
         if event.get("type") in FINAL and isinstance(event.get("response"), dict):
             self.final = event["response"]
-            self.keep(self.final)
 
     def reply(self) -> dict[str, Any] | None:
         return self.final if self.usable else None
+
+
+class JsonTee(BodyTee):
+    def reply(self) -> dict[str, Any] | None:
+        body = self.parsed()
+        if body is None or body.get("object") != "response":
+            return None
+        return body if body.get("status") in ("completed", "incomplete") else None

@@ -36,7 +36,6 @@ from memd.proxy.relay import Settings, UpstreamFailed, cut, send
 from memd.proxy.stream import EventSplitter, StreamError, parse_chunk
 
 CallMemory = Callable[[str, str], Awaitable[str]]
-Keep = Callable[[dict[str, Any]], None]
 FINAL = ("response.completed", "response.incomplete")
 
 
@@ -112,10 +111,9 @@ class ResponsesLoop:
         body: dict[str, Any],
         tool: ResponsesTool,
         call_memory: CallMemory,
-        keep: Keep,
     ) -> None:
         self.session, self.settings, self.request = session, settings, request
-        self.tool, self.call_memory, self.keep = tool, call_memory, keep
+        self.tool, self.call_memory = tool, call_memory
         self.upstream_body = inject(body, tool)
         self.final: dict[str, Any] | None = None
 
@@ -140,8 +138,7 @@ class ResponsesLoop:
         return json.dumps(self.upstream_body, ensure_ascii=False).encode()
 
     def _done(self, final: dict[str, Any]) -> dict[str, Any]:
-        self.keep(final)  # before the app can see it and continue from it
-        self.final = final
+        self.final = final  # the server records it even if the app hangs up now
         return final
 
     async def plain(self) -> tuple[web.Response, dict[str, Any] | None]:

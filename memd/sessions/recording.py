@@ -146,18 +146,22 @@ class Recording:
         return self._book.keys.get(conv.key, key) if conv is not None else None
 
     async def record_chat(
-        self, messages: Any, response: Any, timestamp: Any = None
+        self, messages: Any, response: Any, timestamp: Any = None, after: Any = None
     ) -> dict[str, Any]:
-        """both: record an OpenAI chat call (the messages sent and the reply); see module doc."""
+        """both: record an OpenAI chat call (the messages sent and the reply); see module doc.
+
+        With `after` (the `head` an earlier call returned) `messages` are only what follows
+        that recorded point: how a gateway records an API that sends only the new turn."""
         when = chat.parse_timestamp(timestamp)
+        base = chat.parse_after(after)
         many = isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES
-        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response)
+        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response, base)
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
             async with self._deciding:
                 await self._wait_ready()
                 try:
-                    pending = await self._decide_chat(msgs, resp, hashes, when, big)
+                    pending = await self._decide_chat(msgs, resp, hashes, when, big, base)
                 except _Stale:
                     continue
             if isinstance(pending, Conv):
@@ -172,18 +176,19 @@ class Recording:
         hashes: list[bytes],
         when: datetime | None,
         big: bool,
+        base: bytes | None = None,
     ) -> Awaitable[dict[str, Any]] | Conv:
         """Decide and queue one chat call (under the decision lock): its answer to await,
         or the conversation whose session must be reopened first."""
         book, generation = self._book, self._generation
         k, kind, key, ref = await self._cpu_fresh(
-            generation, big, book.index.classify, msgs, hashes
+            generation, big, book.index.classify, msgs, hashes, base
         )
         now, op = self._clock(), Op()
         conv = book.convs[key] if key is not None else None
         if kind == "duplicate":
             assert conv is not None
-            return self._duplicate(conv, now, op)
+            return self._duplicate(conv, now, op, hashes[-1])
         sess = book.target(conv, now, op)
         if sess is None:
             assert conv is not None
@@ -210,19 +215,20 @@ class Recording:
             msgs if conv.title is None else None,
             chat.RenderPlan(new, conv.exchanges, stamp, note, kind == "new", join_open),
             self._index_chars,
+            base,
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
         book.append(op, sess, conv, now, header + text)
-        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new)))
+        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new), hashes[-1]))
 
-    def _duplicate(self, conv: Conv, now: float, op: Op) -> Awaitable[dict[str, Any]]:
+    def _duplicate(self, conv: Conv, now: float, op: Op, head: bytes) -> Awaitable[dict[str, Any]]:
         """A retried call: nothing is written; it only counts as activity of a live session."""
         sess = self._book.sessions.get(conv.session_id or "")
         if sess is not None and sess.state == ACTIVE and not self._book.end_if_due(sess, now, op):
             self._book.touch(op, sess, conv, now)
-        return _then(self._enqueue(op), self._chat_result(conv, "duplicate", 0))
+        return _then(self._enqueue(op), self._chat_result(conv, "duplicate", 0, head))
 
-    def _chat_result(self, conv: Conv, kind: str, appended: int) -> dict[str, Any]:
+    def _chat_result(self, conv: Conv, kind: str, appended: int, head: bytes) -> dict[str, Any]:
         sid = conv.session_id or ""
         return {
             "session_id": sid,
@@ -231,6 +237,7 @@ class Recording:
             "appended": appended,
             "match": kind,
             "path": str(self.layout.session_file(sid)) if sid else "",
+            "head": head.hex(),  # what a later call's `after` names to continue from here
         }
 
     async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
@@ -271,10 +278,10 @@ def _exchange_parts(user: Any, assistant: Any, index_chars: int | None) -> tuple
 
 
 def _prepare(
-    messages: Any, response: Any
+    messages: Any, response: Any, base: bytes | None = None
 ) -> tuple[list[chat.Message], chat.Message, list[bytes], int]:
     """chat.prepare, and the request's size in characters (what rendering it costs)."""
-    msgs, resp, hashes = chat.prepare(messages, response)
+    msgs, resp, hashes = chat.prepare(messages, response, base)
     return msgs, resp, hashes, sum(len(m.key) for m in msgs) + len(resp.key)
 
 
@@ -286,6 +293,7 @@ def _render_chat(
     title_from: list[chat.Message] | None,
     plan: chat.RenderPlan,
     index_chars: int | None,
+    base: bytes | None = None,
 ) -> tuple[str, list[chat.Node], str | None, int]:
     """The markdown of a chat call's new messages, its index nodes, the conversation's
     title and exchange count (may run in the worker thread, under the decision lock)."""
@@ -302,7 +310,7 @@ def _render_chat(
         title=title or "",
         index_chars=index_chars,
     )
-    return text, index.add(hashes, k, numbers, conv.key), title, exchanges
+    return text, index.add(hashes, k, numbers, conv.key, base), title, exchanges
 
 
 def _dt(ts: float) -> datetime:

@@ -28,10 +28,10 @@ from aiohttp import web
 
 from memd.proxy import convert
 from memd.proxy import upstream as up
-from memd.proxy.apis import BodyTee, EventTee, forward, named_event
+from memd.proxy.apis import BodyTee, EventTee, forward
 from memd.proxy.chain import ResponseChain
 from memd.proxy.relay import Settings, UpstreamFailed
-from memd.proxy.responses_loop import ResponsesLoop, ResponsesTool, refusal_reason
+from memd.proxy.responses_loop import ResponsesLoop, ResponsesTool, failure_event, refusal_reason
 
 if TYPE_CHECKING:
     from memd.proxy.server import ProxyApp
@@ -42,12 +42,6 @@ FINAL = ("response.completed", "response.incomplete")
 
 def register(router: web.UrlDispatcher, app: ProxyApp) -> None:
     router.add_post("/v1/responses", ResponsesRoute(app).responses)
-
-
-def failure_event(exc: BaseException) -> bytes:
-    """The `error` event sent into a stream that broke off (the SDK raises it)."""
-    error = up.failure_event(exc)["error"]
-    return named_event({"type": "error", **error, "error": error})
 
 
 class ResponsesRoute:

@@ -89,6 +89,12 @@ def is_call(item: Any, name: str | None = None) -> bool:
     return ok and (name is None or item.get("name") == name)
 
 
+def failure_event(exc: BaseException) -> bytes:
+    """The `error` event sent into a stream that broke off (the SDK raises it)."""
+    error = up.failure_event(exc)["error"]
+    return named_event({**error, "type": "error", "error": error})
+
+
 def whole_response(raw: bytes) -> dict[str, Any] | None:
     """A finished response object from a body, or None."""
     try:
@@ -209,9 +215,8 @@ class ResponsesLoop:
         raise AssertionError("unreachable")
 
     async def _fail(self, out: web.StreamResponse, exc: BaseException) -> web.StreamResponse:
-        error = up.failure_event(exc)["error"]
         with contextlib.suppress(Exception):
-            await out.write(named_event({"type": "error", **error, "error": error}))
+            await out.write(failure_event(exc))
         cut(self.request)
         return out
 

@@ -42,7 +42,7 @@ def llm(env: ApisEnv, home: Path, *args: str) -> str:
         [LLM, *args, "--key", env.keys["alice"]],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,  # `llm` imports every OpenAI type: ~20 s on 2 busy cores
         env={**os.environ, "LLM_USER_PATH": str(home)},
         check=False,
     )

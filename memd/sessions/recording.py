@@ -208,14 +208,11 @@ class Recording:
             generation,
             big,
             _render_chat,
-            book.index,
-            hashes,
-            k,
+            (book.index, hashes, k, base),
             conv,
             msgs if conv.title is None else None,
             chat.RenderPlan(new, conv.exchanges, stamp, note, kind == "new", join_open),
             self._index_chars,
-            base,
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
         book.append(op, sess, conv, now, header + text)
@@ -286,17 +283,16 @@ def _prepare(
 
 
 def _render_chat(
-    index: chat.PrefixIndex,
-    hashes: list[bytes],
-    k: int,
+    at: tuple[chat.PrefixIndex, list[bytes], int, bytes | None],
     conv: Conv,
     title_from: list[chat.Message] | None,
     plan: chat.RenderPlan,
     index_chars: int | None,
-    base: bytes | None = None,
 ) -> tuple[str, list[chat.Node], str | None, int]:
     """The markdown of a chat call's new messages, its index nodes, the conversation's
-    title and exchange count (may run in the worker thread, under the decision lock)."""
+    title and exchange count (may run in the worker thread, under the decision lock).
+    `at`: the prefix index, the call's hashes, k and the base they were chained from."""
+    index, hashes, k, base = at
     title = conv.title
     if title_from is not None:  # the request carries the whole history: its first question
         title = title_of(chat.first_user_text(title_from))

@@ -250,64 +250,79 @@ def _function_call(n: int, name: str, args: dict[str, Any]) -> Item:
     }
 
 
+def _block_events(i: int, block: Item) -> list[Item]:
+    """One content block as its start, deltas and stop events."""
+
+    def delta(d: Item) -> Item:
+        return {"type": "content_block_delta", "index": i, "delta": d}
+
+    if block["type"] == "text":
+        shown: Item = {**block, "text": ""}
+        text = block["text"]
+        deltas = [
+            delta({"type": "text_delta", "text": text[j : j + 4]}) for j in range(0, len(text), 4)
+        ]
+    elif block["type"] == "thinking":
+        shown = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [
+            delta({"type": "thinking_delta", "thinking": block["thinking"]}),
+            delta({"type": "signature_delta", "signature": block["signature"]}),
+        ]
+    else:
+        shown = {**block, "input": {}}
+        args = json.dumps(block["input"])
+        half = len(args) // 2
+        pieces = (args[:half], args[half:])
+        deltas = [delta({"type": "input_json_delta", "partial_json": p}) for p in pieces]
+    start = {"type": "content_block_start", "index": i, "content_block": shown}
+    return [start, *deltas, {"type": "content_block_stop", "index": i}]
+
+
 def anthropic_events(message: dict[str, Any]) -> list[Item]:
     start = {**message, "content": [], "stop_reason": None}
     events: list[Item] = [{"type": "message_start", "message": start}, {"type": "ping"}]
     for i, block in enumerate(message["content"]):
-        if block["type"] == "text":
-            events.append(
-                {"type": "content_block_start", "index": i, "content_block": {**block, "text": ""}}
-            )
-            text = block["text"]
-            events += [
-                {
-                    "type": "content_block_delta",
-                    "index": i,
-                    "delta": {"type": "text_delta", "text": text[j : j + 4]},
-                }
-                for j in range(0, len(text), 4)
-            ]
-        elif block["type"] == "thinking":
-            empty = {"type": "thinking", "thinking": "", "signature": ""}
-            events.append({"type": "content_block_start", "index": i, "content_block": empty})
-            events.append(
-                {
-                    "type": "content_block_delta",
-                    "index": i,
-                    "delta": {"type": "thinking_delta", "thinking": block["thinking"]},
-                }
-            )
-            events.append(
-                {
-                    "type": "content_block_delta",
-                    "index": i,
-                    "delta": {"type": "signature_delta", "signature": block["signature"]},
-                }
-            )
-        else:
-            events.append(
-                {"type": "content_block_start", "index": i, "content_block": {**block, "input": {}}}
-            )
-            args = json.dumps(block["input"])
-            half = len(args) // 2
-            events += [
-                {
-                    "type": "content_block_delta",
-                    "index": i,
-                    "delta": {"type": "input_json_delta", "partial_json": piece},
-                }
-                for piece in (args[:half], args[half:])
-            ]
-        events.append({"type": "content_block_stop", "index": i})
-    events.append(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": 5},
-        }
-    )
+        events += _block_events(i, block)
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    events.append({"type": "message_delta", "delta": stop, "usage": {"output_tokens": 5}})
     events.append({"type": "message_stop"})
     return events
+
+
+def _item_events(i: int, item: Item) -> list[Item]:
+    """One output item as its added, content or argument, and done events."""
+    if item["type"] == "message":
+        text = item["content"][0]["text"]
+        added = {**item, "content": [], "status": "in_progress"}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        common = {"item_id": item["id"], "output_index": i, "content_index": 0}
+        body = [
+            {"type": "response.content_part.added", **common, "part": part},
+            *(
+                {
+                    "type": "response.output_text.delta",
+                    **common,
+                    "delta": text[j : j + 4],
+                    "logprobs": [],
+                }
+                for j in range(0, len(text), 4)
+            ),
+            {"type": "response.output_text.done", **common, "text": text, "logprobs": []},
+            {"type": "response.content_part.done", **common, "part": {**part, "text": text}},
+        ]
+    else:
+        added = {**item, "arguments": "", "status": "in_progress"}
+        common = {"item_id": item["id"], "output_index": i}
+        args = item["arguments"]
+        body = [
+            {"type": "response.function_call_arguments.delta", **common, "delta": args},
+            {"type": "response.function_call_arguments.done", **common, "arguments": args},
+        ]
+    return [
+        {"type": "response.output_item.added", "output_index": i, "item": added},
+        *body,
+        {"type": "response.output_item.done", "output_index": i, "item": item},
+    ]
 
 
 def responses_events(response: dict[str, Any]) -> list[Item]:
@@ -317,56 +332,6 @@ def responses_events(response: dict[str, Any]) -> list[Item]:
         {"type": "response.in_progress", "response": pending},
     ]
     for i, item in enumerate(response["output"]):
-        if item["type"] == "message":
-            text = item["content"][0]["text"]
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item": {**item, "content": [], "status": "in_progress"},
-                }
-            )
-            part = {"type": "output_text", "text": "", "annotations": []}
-            common = {"item_id": item["id"], "output_index": i, "content_index": 0}
-            events.append({"type": "response.content_part.added", **common, "part": part})
-            events += [
-                {
-                    "type": "response.output_text.delta",
-                    **common,
-                    "delta": text[j : j + 4],
-                    "logprobs": [],
-                }
-                for j in range(0, len(text), 4)
-            ]
-            events.append(
-                {"type": "response.output_text.done", **common, "text": text, "logprobs": []}
-            )
-            events.append(
-                {"type": "response.content_part.done", **common, "part": {**part, "text": text}}
-            )
-        else:
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item": {**item, "arguments": "", "status": "in_progress"},
-                }
-            )
-            common = {"item_id": item["id"], "output_index": i}
-            events.append(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    **common,
-                    "delta": item["arguments"],
-                }
-            )
-            events.append(
-                {
-                    "type": "response.function_call_arguments.done",
-                    **common,
-                    "arguments": item["arguments"],
-                }
-            )
-        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+        events += _item_events(i, item)
     events.append({"type": "response.completed", "response": response})
     return [{**e, "sequence_number": n} for n, e in enumerate(events)]

@@ -176,6 +176,34 @@ def test_app_tools_and_tool_results_pass_through(env: ApisEnv) -> None:
     assert transcript.count("**User:** APPTOOL: get_weather FACT-WEATHER-9") == 1
 
 
+def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
+    """The memory call is answered first; the app gets only the call the model makes anew."""
+    for stream in (False, True):
+        seen = len(sent(env))
+        ask = [{"role": "user", "content": f"BOTH: get_weather_{int(stream)}"}]
+        claude = env.claude("alice")
+        if stream:
+            with claude.messages.stream(
+                model="m", max_tokens=50, tools=[WEATHER], messages=ask
+            ) as s:
+                reply = s.get_final_message()
+        else:
+            reply = claude.messages.create(model="m", max_tokens=50, tools=[WEATHER], messages=ask)
+        assert [(b.type, b.name) for b in reply.content] == [
+            ("tool_use", f"get_weather_{int(stream)}")
+        ]
+        assert reply.stop_reason == "tool_use"
+        _asked, answered = sent(env)[seen:]
+        uses = [
+            b["name"]
+            for m in answered["body"]["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        ]
+        assert uses == [MEMORY_TOOL]  # the app's call of that reply is not sent back
+
+
 def test_requests_without_a_valid_key_are_refused(env: ApisEnv) -> None:
     before_up, before_rec = len(env.upstream.requests), env.status()["recorded"]
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "FACT-NOKEY"}]}

@@ -127,6 +127,24 @@ def test_app_function_tools_pass_through_and_continue_by_id(env: ApisEnv) -> Non
     assert "Tool call" in transcript and "windy" in transcript
 
 
+def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
+    """The memory call is answered first; the app gets only the call the model makes anew."""
+    for stream in (False, True):
+        seen = len(sent(env))
+        name = f"get_weather_{int(stream)}"
+        create = env.sdk("alice").responses.create
+        if stream:
+            events = list(create(model="m", input=f"BOTH: {name}", tools=[WEATHER], stream=True))
+            assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0]
+            final = events[-1].response
+        else:
+            final = create(model="m", input=f"BOTH: {name}", tools=[WEATHER])
+        assert [(i.type, i.name) for i in final.output] == [("function_call", name)]
+        _asked, answered = sent(env)[seen:]
+        calls = [i["name"] for i in answered["body"]["input"] if i.get("type") == "function_call"]
+        assert calls == [MEMORY_TOOL]
+
+
 def test_store_false_is_recorded_but_kept_out_of_the_map(env: ApisEnv) -> None:
     before = env.status()["recorded"]
     answer = env.sdk("carol").responses.create(model="m", input="FACT-NOSTORE-12", store=False)

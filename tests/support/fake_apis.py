@@ -7,6 +7,8 @@ types) and steered, as there, by what the user says last:
 - `RECALL: <query>` with the memory tool offered: calls it; once its result came back
   in the history, answers `From memory: <result>`;
 - `APPTOOL: <name>`: calls the app's tool `<name>`; after its result: `Tool said: ...`;
+- `BOTH: <name>`: calls the memory tool and `<name>` in one reply, then (after the
+  memory result) `<name>` alone;
 - `THINK: <text>` (Messages): a thinking block, then `Echo: ...`;
 - anything else: `Echo: <text>`.
 
@@ -137,9 +139,14 @@ class FakeApis(FakeUpstream):
                 user, result = texts[-1], None
             if results:
                 result = _text(results[-1].get("content"))
+        if result is not None and user.startswith("BOTH:"):
+            return [_tool_use(user[5:].strip(), {"x": 1})]
         if result is not None:
             prefix = "From memory" if user.startswith("RECALL:") else "Tool said"
             return [{"type": "text", "text": f"{prefix}: {result}"}]
+        if user.startswith("BOTH:") and memory_ok:
+            name = user[5:].strip()
+            return [_tool_use(self.memory_tool, {"query": name}), _tool_use(name, {"x": 1})]
         if user.startswith("RECALL:") and memory_ok:
             return [_tool_use(self.memory_tool, {"query": user[7:].strip()})]
         if user.startswith("APPTOOL:"):
@@ -208,6 +215,14 @@ class FakeApis(FakeUpstream):
             elif item.get("type") == "function_call_output":
                 result = _text(item.get("output"))
         n = next(self._ids)
+        if result is not None and user.startswith("BOTH:"):
+            return [_function_call(n, user[5:].strip(), {"x": 1})]
+        if user.startswith("BOTH:") and memory_ok and result is None:
+            name = user[5:].strip()
+            return [
+                _function_call(n, self.memory_tool, {"query": name}),
+                _function_call(n + 1000, name, {"x": 1}),
+            ]
         if result is not None:
             prefix = "From memory" if user.startswith("RECALL:") else "Tool said"
             return [_message(n, f"{prefix}: {result}")]

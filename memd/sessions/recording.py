@@ -208,7 +208,7 @@ class Recording:
             generation,
             big,
             _render_chat,
-            (book.index, hashes, k, base),
+            (book.index, hashes, k, base if kind != "new" else None),  # no dangling parent
             conv,
             msgs if conv.title is None else None,
             chat.RenderPlan(new, conv.exchanges, stamp, note, kind == "new", join_open),

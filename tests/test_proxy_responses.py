@@ -241,9 +241,18 @@ def test_previous_response_id_continues_the_conversation_across_a_restart(env: A
     before, convs = env.status()["recorded"], conversations(env, client)
     sdk = env.sdk(client)
     first = sdk.responses.create(model="m", instructions="Be brief.", input="FACT-CHAIN-1 hello")
-    second = sdk.responses.create(
-        model="m", instructions="Be brief.", previous_response_id=first.id, input="FACT-CHAIN-2"
-    )
+
+    async def continued() -> Any:  # the async client, not streamed
+        async with env.async_sdk(client) as client_sdk:
+            return await client_sdk.responses.create(
+                model="m",
+                instructions="Be brief.",
+                previous_response_id=first.id,
+                input="FACT-CHAIN-2",
+            )
+
+    second = asyncio.run(continued())
+    assert second.output_text == "Echo: FACT-CHAIN-2"
     env.wait_recorded(before + 2)
     assert conversations(env, client) == convs + 1
     env.proc.stop()

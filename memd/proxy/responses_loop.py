@@ -209,7 +209,9 @@ class ResponsesLoop:
                 await self._answers(output)
                 continue
             await state.flush()
-            final = self._done({**state.final, "output": list(sent.items)})
+            # What the app was sent; a server that sends no output_item.done: the output.
+            items = sent.items or [i for i in output if not is_call(i, self.tool.name)]
+            final = self._done({**state.final, "output": list(items)})
             await state.close(final)
             return out, final
         raise AssertionError("unreachable")

@@ -48,11 +48,6 @@ def text(message: Any) -> str:
     return "".join(b.text for b in message.content if b.type == "text")
 
 
-def recall(env: ApisEnv, client: str, query: str) -> str:
-    hits = env.call("memory.recall", client_id=client, query=query)
-    return json.dumps(hits)
-
-
 def test_two_turns_are_one_conversation_and_a_third_recalls_the_first(env: ApisEnv) -> None:
     claude = env.claude("alice")
     before = env.status()["recorded"]
@@ -77,7 +72,7 @@ def test_two_turns_are_one_conversation_and_a_third_recalls_the_first(env: ApisE
     transcript = env.transcripts("alice")
     assert "FACT-GATE-5151" in transcript and "boat is called Nimbus" in transcript
 
-    wait_for(lambda: "FACT-GATE-5151" in recall(env, "alice", "gate code"), "the index")
+    wait_for(lambda: "FACT-GATE-5151" in env.recalled("alice", "gate code"), "the index")
     seen = len(sent(env))
     third = claude.messages.create(
         model="claude-x",
@@ -178,6 +173,7 @@ def test_app_tools_and_tool_results_pass_through(env: ApisEnv) -> None:
 
 def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
     """The memory call is answered first; the app gets only the call the model makes anew."""
+    before = env.status()["recorded"]
     for stream in (False, True):
         seen = len(sent(env))
         ask = [{"role": "user", "content": f"BOTH: get_weather_{int(stream)}"}]
@@ -202,6 +198,7 @@ def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
             if b.get("type") == "tool_use"
         ]
         assert uses == [MEMORY_TOOL]  # the app's call of that reply is not sent back
+    env.wait_recorded(before + 2)  # nothing of this test is left to land in the next
 
 
 def test_requests_without_a_valid_key_are_refused(env: ApisEnv) -> None:

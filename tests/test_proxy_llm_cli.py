@@ -62,9 +62,6 @@ def test_llm_chats_through_the_proxy_and_recalls(env: ApisEnv, tmp_path: Path, m
     assert transcript.count(f"**User:** My bike lock code is {fact}.") == 1
     assert "scarf is green" in transcript
 
-    def found() -> bool:
-        return fact in json.dumps(env.call("memory.recall", client_id="alice", query="bike lock"))
-
-    wait_for(found, "the index")
+    wait_for(lambda: fact in env.recalled("alice", "bike lock"), "the index")
     answer = llm(env, tmp_path, "-m", model, "RECALL: bike lock code")
     assert answer.startswith("From memory:") and fact in answer

@@ -73,10 +73,7 @@ def test_two_turns_are_one_conversation_and_a_third_recalls_the_first(env: ApisE
     transcript = env.transcripts("alice")
     assert "FACT-SHED-6161" in transcript and "kite is red" in transcript
 
-    def hits() -> str:
-        return json.dumps(env.call("memory.recall", client_id="alice", query="shed code"))
-
-    wait_for(lambda: "FACT-SHED-6161" in hits(), "the index")
+    wait_for(lambda: "FACT-SHED-6161" in env.recalled("alice", "shed code"), "the index")
     seen = len(sent(env))
     third = sdk.responses.create(model="m", input="RECALL: shed code")
     assert [item.type for item in third.output] == ["message"]
@@ -129,6 +126,7 @@ def test_app_function_tools_pass_through_and_continue_by_id(env: ApisEnv) -> Non
 
 def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
     """The memory call is answered first; the app gets only the call the model makes anew."""
+    before = env.status()["recorded"]
     for stream in (False, True):
         seen = len(sent(env))
         name = f"get_weather_{int(stream)}"
@@ -143,6 +141,7 @@ def test_memory_and_app_calls_in_one_reply(env: ApisEnv) -> None:
         _asked, answered = sent(env)[seen:]
         calls = [i["name"] for i in answered["body"]["input"] if i.get("type") == "function_call"]
         assert calls == [MEMORY_TOOL]
+    env.wait_recorded(before + 2)  # nothing of this test is left to land in the next
 
 
 def test_store_false_is_recorded_but_kept_out_of_the_map(env: ApisEnv) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import anthropic
 
+from memd.cli.client import RemoteError
 from tests.support.daemon import DaemonProcess, base_config, write_config
 from tests.support.fake_apis import FakeApis
 from tests.test_proxy import CLIENTS, Env
@@ -40,6 +41,13 @@ class ApisEnv(Env):
         return anthropic.AsyncAnthropic(
             base_url=self.root, api_key=self.keys[client_id], max_retries=0, **kw
         )
+
+    def recalled(self, client_id: str, query: str) -> str:
+        """What recall finds, as JSON; empty while the client's index is (re)starting."""
+        try:
+            return json.dumps(self.call("memory.recall", client_id=client_id, query=query))
+        except RemoteError:
+            return ""
 
     def raw(
         self, path: str, body: bytes, headers: dict[str, str]

@@ -61,6 +61,23 @@ def test_bad_proxy_settings_name_the_key(table: dict[str, object], message: str)
     assert "proxy." in str(err.value)
 
 
+def test_an_anthropic_upstream_alone_enables_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_UPSTREAM_KEY", "sk-ant-up")
+    proxy = parse_config(
+        {
+            "proxy": {
+                "anthropic_base_url": "https://api.anthropic.com",
+                "anthropic_api_key": "env:CLAUDE_UPSTREAM_KEY",
+            }
+        }
+    ).proxy
+    assert proxy.enabled and proxy.anthropic_api_key == "sk-ant-up"
+    with pytest.raises(ConfigError, match=r"proxy\.anthropic_base_url"):
+        parse_config({"proxy": {"anthropic_base_url": "api.anthropic.com"}})
+    with pytest.raises(ConfigError, match="MISSING_CLAUDE_KEY"):
+        parse_config({"proxy": {"anthropic_api_key": "env:MISSING_CLAUDE_KEY"}})
+
+
 def test_non_loopback_only_when_allowed() -> None:
     config = parse_config({"proxy": {"listen": "0.0.0.0:8765", "allow_non_loopback": True}})
     assert config.proxy.address == ("0.0.0.0", 8765)
@@ -175,3 +192,14 @@ def test_calls_are_split_into_memory_and_app_calls() -> None:
     calls = [{"function": {"name": "Recall"}}, {"function": {"name": "app"}}, "junk"]
     memory, app = split_calls(calls, "Recall")
     assert memory == [calls[0]] and app == [calls[1], "junk"]
+
+
+def test_upstream_urls_of_both_api_families() -> None:
+    from memd.proxy.upstream import upstream_url
+
+    assert upstream_url("https://api.openai.com/v1", "/v1/responses") == (
+        "https://api.openai.com/v1/responses"
+    )
+    for base in ("https://api.anthropic.com", "https://api.anthropic.com/", "http://h:1/v1"):
+        url = upstream_url(base, "/v1/messages", "beta=true", keep_v1=True)
+        assert url.endswith("/v1/messages?beta=true") and "/v1/v1" not in url

@@ -57,8 +57,9 @@ def build_registry(app: App) -> Registry:
             messages = p.require("messages", list)
             response = p.require("response", dict)
             timestamp = p.optional("timestamp", str)
+            after = p.optional("after", str)
         sessions = (await app.runtime.client(client_id)).sessions
-        return await sessions.record_chat(messages, response, timestamp)
+        return await sessions.record_chat(messages, response, timestamp, after)
 
     @registry.method("sessions.list")
     async def sessions_list(params: JsonParams) -> dict[str, Any]:

@@ -79,10 +79,13 @@ class ProxyConfig:
     read_timeout_seconds: float = 600.0
     max_tool_rounds: int = 4
     allow_non_loopback: bool = False
+    # The Anthropic Messages API's upstream (`https://api.anthropic.com`) and key.
+    anthropic_base_url: str = ""
+    anthropic_api_key: str = ""  # already resolved from "env:VAR"
 
     @property
     def enabled(self) -> bool:
-        return bool(self.upstream_base_url)
+        return bool(self.upstream_base_url or self.anthropic_base_url)
 
     @property
     def address(self) -> tuple[str, int]:

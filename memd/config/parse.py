@@ -45,7 +45,7 @@ TABLES: dict[str, type] = {
     "recall": RecallConfig,
 }
 # Keys whose value may be `env:VAR`, read from the environment so secrets stay out of files.
-SECRETS = ("api_key", "token", "upstream_api_key")
+SECRETS = ("api_key", "token", "upstream_api_key", "anthropic_api_key")
 DURATIONS = ("session_inactivity_minutes", "max_session_minutes", "monitor_interval_seconds")
 
 

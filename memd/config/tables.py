@@ -102,12 +102,13 @@ def _proxy(parser: Parser, _data: Mapping[str, Any], proxy: ProxyConfig) -> None
             f"{host} is not a loopback address; the proxy would be reachable from "
             "other machines (set allow_non_loopback = true if that is what you want)",
         )
-    url = proxy.upstream_base_url
-    if url and not re.match(r"^https?://[^/\s]+", url):
-        raise parser.fail(
-            "proxy.upstream_base_url",
-            "must be an http:// or https:// URL, e.g. https://api.openai.com/v1",
-        )
+    for key, example in (
+        ("upstream_base_url", "https://api.openai.com/v1"),
+        ("anthropic_base_url", "https://api.anthropic.com"),
+    ):
+        url = getattr(proxy, key)
+        if url and not re.match(r"^https?://[^/\s]+", url):
+            raise parser.fail(f"proxy.{key}", f"must be an http:// or https:// URL, e.g. {example}")
     for key in ("connect_timeout_seconds", "read_timeout_seconds"):
         value = getattr(proxy, key)
         if not value > 0 or value == float("inf"):

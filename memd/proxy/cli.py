@@ -17,10 +17,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     proxy = sub.add_parser(
         "proxy",
         parents=[common],
-        help="the OpenAI-compatible proxy: run it alone, or manage its keys",
-        description="Run the OpenAI-compatible proxy of [proxy] in the foreground, for a "
-        "memd that runs elsewhere (`memd run` starts it by itself when [proxy] "
-        "names an upstream). `memd proxy key CLIENT` shows a client's key.",
+        help="the OpenAI/Anthropic-compatible proxy: run it alone, or manage its keys",
+        description="Run the proxy of [proxy] (OpenAI Chat Completions and Responses, "
+        "Anthropic Messages) in the foreground, for a memd that runs elsewhere (`memd run` "
+        "starts it by itself when [proxy] names an upstream). `memd proxy key CLIENT` "
+        "shows a client's key.",
     )
     proxy.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     proxy.set_defaults(func=cmd_proxy)
@@ -29,7 +30,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "key",
         parents=[common],
         help="print a client's proxy key (created on first use)",
-        description="Print the bearer key an app must send to the proxy for CLIENT; it is "
+        description="Print the key an app must send to the proxy for CLIENT (as its API "
+        "key: `Authorization: Bearer` or `x-api-key`); it is "
         "created the first time. --rotate replaces it (the old key stops "
         "working at once).",
     )
@@ -92,7 +94,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     config = load_config(path)
     if not config.proxy.enabled:
         print(
-            f"memd: no upstream: set upstream_base_url in the [proxy] table of {path}",
+            f"memd: no upstream: set upstream_base_url (or anthropic_base_url) in the "
+            f"[proxy] table of {path}",
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -6,7 +6,9 @@ an invalid message) never breaks the chat: it is logged and counted in the statu
 
 Records of one client are written in the order their answers were sent (each waits for
 the one before it): turn 2 of a chat must not reach memd before turn 1, or it would not
-be seen as a continuation of it.
+be seen as a continuation of it. That order is also what lets a turn name the record
+of the one before (a `Continuation`, memd/proxy/responses.py): its `after` is looked up
+only when its turn to be recorded comes, when the record before it is done.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -41,6 +43,18 @@ class Stats:
         return asdict(self)
 
 
+class Continuation(Protocol):
+    """A record whose messages follow an earlier record: decided when its turn comes."""
+
+    def params(self, messages: list[Any]) -> tuple[list[Any], str | None]:
+        """The messages to record and the `after` head they follow (None: the whole)."""
+        ...
+
+    def recorded(self, result: dict[str, Any]) -> None:
+        """The record's answer (its `head` names the point a later turn continues)."""
+        ...
+
+
 class Recorder:
     """Background `memory.record_chat` calls, ordered per client, drained on close."""
 
@@ -50,10 +64,17 @@ class Recorder:
         self._tails: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, client_id: str, messages: list[Any], response: dict[str, Any]) -> None:
+    def submit(
+        self,
+        client_id: str,
+        messages: list[Any],
+        response: dict[str, Any],
+        continuation: Continuation | None = None,
+    ) -> None:
         previous = self._tails.get(client_id)
         task = asyncio.create_task(
-            self._record(previous, client_id, messages, response), name=f"proxy-record:{client_id}"
+            self._record(previous, client_id, messages, response, continuation),
+            name=f"proxy-record:{client_id}",
         )
         self._tails[client_id] = task
         self._tasks.add(task)
@@ -70,15 +91,22 @@ class Recorder:
         client_id: str,
         messages: list[Any],
         response: dict[str, Any],
+        continuation: Continuation | None = None,
     ) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         started = time.monotonic()
+        params: dict[str, Any] = {"client_id": client_id, "response": response}
         try:
-            result = await self.rpc.call(
-                "memory.record_chat",
-                {"client_id": client_id, "messages": messages, "response": response},
-            )
+            after = None
+            if continuation is not None:
+                messages, after = continuation.params(messages)
+            params["messages"] = messages
+            if after is not None:
+                params["after"] = after
+            result = await self.rpc.call("memory.record_chat", params)
+            if continuation is not None:
+                continuation.recorded(result)
         except asyncio.CancelledError:
             self._failed(client_id, "cancelled at shutdown")
             raise

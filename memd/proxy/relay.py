@@ -34,6 +34,7 @@ class Settings:
     connect_timeout: float
     read_timeout: float
     max_tool_rounds: int
+    anthropic: bool = False  # the Messages API: its own URL form and `x-api-key`
 
 
 class UpstreamFailed(Exception):
@@ -51,8 +52,10 @@ async def send(
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.connect_timeout, sock_read=settings.read_timeout
     )
-    url = up.upstream_url(settings.base_url, request.path, request.query_string)
-    headers = up.request_headers(request.headers, settings.api_key)
+    url = up.upstream_url(
+        settings.base_url, request.path, request.query_string, keep_v1=settings.anthropic
+    )
+    headers = up.request_headers(request.headers, settings.api_key, settings.anthropic)
     try:
         return await session.request(
             request.method,
@@ -70,8 +73,11 @@ async def relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     tee: Callable[[bytes], None] | None = None,
+    failure: Callable[[BaseException], bytes] | None = None,
 ) -> tuple[web.StreamResponse, bool]:
-    """Send the upstream's answer on as it arrives; the flag is False when it broke off."""
+    """Send the upstream's answer on as it arrives; the flag is False when it broke off.
+
+    `failure` makes the event sent into a stream that broke off (each API has its own)."""
     keep_length = "content-encoding" not in upstream.headers
     response = web.StreamResponse(
         status=upstream.status,
@@ -87,7 +93,9 @@ async def relay(
     except (aiohttp.ClientError, TimeoutError) as exc:
         if up.is_event_stream(upstream):
             with contextlib.suppress(Exception):
-                await response.write(encode_event(up.failure_event(exc)))
+                await response.write(
+                    failure(exc) if failure else encode_event(up.failure_event(exc))
+                )
         cut(request)
         return response, False
     await response.write_eof()

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from memd.config import Config
 from memd.errors import RpcError
+from memd.proxy import anthropic, responses
 from memd.proxy import upstream as up
 from memd.proxy.keys import KeyStore
 from memd.proxy.loop import MemoryTool, ToolLoop, refusal_reason
@@ -67,6 +68,8 @@ class ProxyApp:
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST)
         app.router.add_post("/v1/chat/completions", self.chat)
+        anthropic.register(app.router, self)
+        responses.register(app.router, self)
         app.router.add_route("*", "/v1/{tail:.*}", self.passthrough)
         return app
 

@@ -37,19 +37,24 @@ REQUEST_DROP = HOP_BY_HOP | APP_CREDENTIALS | {"accept-encoding"}
 RESPONSE_DROP = HOP_BY_HOP | {"content-encoding", "set-cookie"}
 
 
-def upstream_url(base_url: str, path: str, query: str = "") -> str:
-    """`/v1/chat/completions` on `https://host/v1` -> `https://host/v1/chat/completions`."""
-    tail = path.removeprefix("/v1")
+def upstream_url(base_url: str, path: str, query: str = "", keep_v1: bool = False) -> str:
+    """`/v1/chat/completions` on `https://host/v1` -> `https://host/v1/chat/completions`;
+    with `keep_v1` (Anthropic's base URLs end before `/v1`) the whole path is appended."""
+    keep_v1 = keep_v1 and not base_url.rstrip("/").endswith("/v1")
+    tail = path if keep_v1 else path.removeprefix("/v1")
     url = base_url.rstrip("/") + tail
     return f"{url}?{query}" if query else url
 
 
-def request_headers(incoming: Any, api_key: str) -> CIMultiDict[str]:
+def request_headers(incoming: Any, api_key: str, anthropic: bool = False) -> CIMultiDict[str]:
+    """The app's headers less its credentials; the upstream key as that API expects it."""
     headers: CIMultiDict[str] = CIMultiDict()
     for key, value in incoming.items():
         if key.lower() not in REQUEST_DROP:
             headers.add(key, value)
-    if api_key:
+    if api_key and anthropic:
+        headers["x-api-key"] = api_key
+    elif api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers
 

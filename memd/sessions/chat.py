@@ -51,6 +51,7 @@ __all__ = [
     "chained_hashes",
     "check_conversation_id",
     "first_user_text",
+    "parse_after",
     "parse_message",
     "parse_messages",
     "parse_response",
@@ -125,6 +126,19 @@ def render(
     return "".join(out), numbers, exchanges
 
 
+def parse_after(value: Any) -> bytes | None:
+    """record_chat's `after`: the `head` an earlier call returned (32 hex digits)."""
+    if value is None:
+        return None
+    try:
+        base = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        base = b""
+    if len(base) != 16:
+        raise InvalidRecord("after must be the `head` an earlier record_chat returned", "after")
+    return base
+
+
 def first_user_text(messages: Sequence[Message]) -> str | None:
     """The text of the first user message (a conversation's title), None without one."""
     for message in messages:
@@ -133,10 +147,13 @@ def first_user_text(messages: Sequence[Message]) -> str | None:
     return None
 
 
-def prepare(messages: Any, response: Any) -> tuple[list[Message], Message, list[bytes]]:
-    """Validate a record_chat call; return messages, response and h_1..h_n, h_response."""
+def prepare(
+    messages: Any, response: Any, base: bytes | None = None
+) -> tuple[list[Message], Message, list[bytes]]:
+    """Validate a record_chat call; return messages, response and h_1..h_n, h_response
+    (chained on from `base`, the recorded prefix the messages follow, if given)."""
     msgs = parse_messages(messages)
     resp = parse_response(response)
-    hashes = chained_hashes(msgs)
+    hashes = chained_hashes(msgs, base)
     hashes.append(chain(hashes[-1], resp))
     return msgs, resp, hashes

@@ -23,10 +23,13 @@ def chain(prev: bytes, message: Message) -> bytes:
     return h.digest()
 
 
-def chained_hashes(messages: Sequence[Message]) -> list[bytes]:
-    """h_1..h_n for the prefixes of `messages`; O(n) blake2b calls over the canonical keys."""
+def chained_hashes(messages: Sequence[Message], base: bytes | None = None) -> list[bytes]:
+    """h_1..h_n for the prefixes of `messages`; O(n) blake2b calls over the canonical keys.
+
+    From `base` (a recorded prefix's hash) the chain goes on from there: the same hashes
+    the whole history would give, without the history."""
     out: list[bytes] = []
-    prev = _ROOT
+    prev = _ROOT if base is None else base
     for message in messages:
         prev = chain(prev, message)
         out.append(prev)
@@ -125,18 +128,21 @@ class PrefixIndex:
             del self._parents[next(iter(self._parents))]
 
     def classify(
-        self, msgs: Sequence[Message], hashes: Sequence[bytes]
+        self, msgs: Sequence[Message], hashes: Sequence[bytes], base: bytes | None = None
     ) -> tuple[int, str, int | None, int]:
-        """(k, kind, conversation key, exchange of node k) for `prepare`'s output."""
+        """(k, kind, conversation key, exchange of node k) for `prepare`'s output; with a
+        `base`, `msgs` follow that recorded prefix (k = 0 is the base itself)."""
         n = len(msgs)
-        for k in range(n, preamble_length(msgs), -1):
-            hit = self._get(hashes[k - 1])
-            if hit is None:
+        low = preamble_length(msgs) if base is None else -1
+        for k in range(n, low, -1):
+            at = hashes[k - 1] if k else base
+            hit = self._get(at) if at is not None else None
+            if at is None or hit is None:
                 continue
             conv, ref = hit
             if k == n and self._get(hashes[n]) is not None:
                 return k, "duplicate", conv, ref
-            if not self._has_children(hashes[k - 1]):
+            if not self._has_children(at):
                 return k, "continuation", conv, ref
             if k == n:
                 return k, ("branch" if msgs[-1].role == "assistant" else "regenerated"), conv, ref
@@ -144,10 +150,15 @@ class PrefixIndex:
         return 0, "new", None, 0
 
     def add(
-        self, hashes: Sequence[bytes], k: int, exchanges: Sequence[int], conv: int
+        self,
+        hashes: Sequence[bytes],
+        k: int,
+        exchanges: Sequence[int],
+        conv: int,
+        base: bytes | None = None,
     ) -> list[Node]:
         """Index hashes[k:] (the new messages and the reply) under `conv`; rows to persist."""
-        parent = hashes[k - 1] if k else None
+        parent = hashes[k - 1] if k else base
         rows: list[Node] = []
         for h, exchange in zip(hashes[k:], exchanges, strict=True):
             rows.append((h, conv, exchange, parent))

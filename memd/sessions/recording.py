@@ -146,18 +146,22 @@ class Recording:
         return self._book.keys.get(conv.key, key) if conv is not None else None
 
     async def record_chat(
-        self, messages: Any, response: Any, timestamp: Any = None
+        self, messages: Any, response: Any, timestamp: Any = None, after: Any = None
     ) -> dict[str, Any]:
-        """both: record an OpenAI chat call (the messages sent and the reply); see module doc."""
+        """both: record an OpenAI chat call (the messages sent and the reply); see module doc.
+
+        With `after` (the `head` an earlier call returned) `messages` are only what follows
+        that recorded point: how a gateway records an API that sends only the new turn."""
         when = chat.parse_timestamp(timestamp)
+        base = chat.parse_after(after)
         many = isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES
-        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response)
+        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response, base)
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
             async with self._deciding:
                 await self._wait_ready()
                 try:
-                    pending = await self._decide_chat(msgs, resp, hashes, when, big)
+                    pending = await self._decide_chat(msgs, resp, hashes, when, big, base)
                 except _Stale:
                     continue
             if isinstance(pending, Conv):
@@ -172,18 +176,19 @@ class Recording:
         hashes: list[bytes],
         when: datetime | None,
         big: bool,
+        base: bytes | None = None,
     ) -> Awaitable[dict[str, Any]] | Conv:
         """Decide and queue one chat call (under the decision lock): its answer to await,
         or the conversation whose session must be reopened first."""
         book, generation = self._book, self._generation
         k, kind, key, ref = await self._cpu_fresh(
-            generation, big, book.index.classify, msgs, hashes
+            generation, big, book.index.classify, msgs, hashes, base
         )
         now, op = self._clock(), Op()
         conv = book.convs[key] if key is not None else None
         if kind == "duplicate":
             assert conv is not None
-            return self._duplicate(conv, now, op)
+            return self._duplicate(conv, now, op, hashes[-1])
         sess = book.target(conv, now, op)
         if sess is None:
             assert conv is not None
@@ -203,9 +208,7 @@ class Recording:
             generation,
             big,
             _render_chat,
-            book.index,
-            hashes,
-            k,
+            (book.index, hashes, k, base if kind != "new" else None),  # no dangling parent
             conv,
             msgs if conv.title is None else None,
             chat.RenderPlan(new, conv.exchanges, stamp, note, kind == "new", join_open),
@@ -213,16 +216,16 @@ class Recording:
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
         book.append(op, sess, conv, now, header + text)
-        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new)))
+        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new), hashes[-1]))
 
-    def _duplicate(self, conv: Conv, now: float, op: Op) -> Awaitable[dict[str, Any]]:
+    def _duplicate(self, conv: Conv, now: float, op: Op, head: bytes) -> Awaitable[dict[str, Any]]:
         """A retried call: nothing is written; it only counts as activity of a live session."""
         sess = self._book.sessions.get(conv.session_id or "")
         if sess is not None and sess.state == ACTIVE and not self._book.end_if_due(sess, now, op):
             self._book.touch(op, sess, conv, now)
-        return _then(self._enqueue(op), self._chat_result(conv, "duplicate", 0))
+        return _then(self._enqueue(op), self._chat_result(conv, "duplicate", 0, head))
 
-    def _chat_result(self, conv: Conv, kind: str, appended: int) -> dict[str, Any]:
+    def _chat_result(self, conv: Conv, kind: str, appended: int, head: bytes) -> dict[str, Any]:
         sid = conv.session_id or ""
         return {
             "session_id": sid,
@@ -231,6 +234,7 @@ class Recording:
             "appended": appended,
             "match": kind,
             "path": str(self.layout.session_file(sid)) if sid else "",
+            "head": head.hex(),  # what a later call's `after` names to continue from here
         }
 
     async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
@@ -271,24 +275,24 @@ def _exchange_parts(user: Any, assistant: Any, index_chars: int | None) -> tuple
 
 
 def _prepare(
-    messages: Any, response: Any
+    messages: Any, response: Any, base: bytes | None = None
 ) -> tuple[list[chat.Message], chat.Message, list[bytes], int]:
     """chat.prepare, and the request's size in characters (what rendering it costs)."""
-    msgs, resp, hashes = chat.prepare(messages, response)
+    msgs, resp, hashes = chat.prepare(messages, response, base)
     return msgs, resp, hashes, sum(len(m.key) for m in msgs) + len(resp.key)
 
 
 def _render_chat(
-    index: chat.PrefixIndex,
-    hashes: list[bytes],
-    k: int,
+    at: tuple[chat.PrefixIndex, list[bytes], int, bytes | None],
     conv: Conv,
     title_from: list[chat.Message] | None,
     plan: chat.RenderPlan,
     index_chars: int | None,
 ) -> tuple[str, list[chat.Node], str | None, int]:
     """The markdown of a chat call's new messages, its index nodes, the conversation's
-    title and exchange count (may run in the worker thread, under the decision lock)."""
+    title and exchange count (may run in the worker thread, under the decision lock).
+    `at`: the prefix index, the call's hashes, k and the base they were chained from."""
+    index, hashes, k, base = at
     title = conv.title
     if title_from is not None:  # the request carries the whole history: its first question
         title = title_of(chat.first_user_text(title_from))
@@ -302,7 +306,7 @@ def _render_chat(
         title=title or "",
         index_chars=index_chars,
     )
-    return text, index.add(hashes, k, numbers, conv.key), title, exchanges
+    return text, index.add(hashes, k, numbers, conv.key, base), title, exchanges
 
 
 def _dt(ts: float) -> datetime:

@@ -50,6 +50,25 @@ def build_registry(app: App) -> Registry:
             conversation_id, user, assistant, timestamp, exchange_id=exchange_id
         )
 
+    @registry.method("memory.import_exchange")
+    async def import_exchange(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            conversation_id = p.require("conversation_id", str)
+            user = p.require("user", str)
+            assistant = p.require("assistant", str)
+            timestamp = p.require("timestamp", str)
+            exchange_id = p.require("exchange_id", str)
+            session_id = p.optional("session_id", str)
+            conversation = p.optional("conversation", int)
+            exchange = p.optional("exchange", int)
+            title = p.optional("title", str)
+        origin = (conversation, exchange) if conversation and exchange else None
+        sessions = (await app.runtime.client(client_id)).sessions
+        return await sessions.import_exchange(
+            conversation_id, user, assistant, timestamp, exchange_id, session_id, origin, title
+        )
+
     @registry.method("memory.record_chat")
     async def record_chat(params: JsonParams) -> dict[str, Any]:
         with Params(params) as p:

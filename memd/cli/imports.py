@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections import Counter
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
@@ -26,6 +28,7 @@ from memd.config import socket_for
 from memd.histories import FORMATS, Conversation, History, HistoryError, open_history
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+WORKERS = 4  # connections at once (see _run)
 FATAL = ("unknown_client", "memory_disabled", "unsupported_mode")
 
 
@@ -108,20 +111,62 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, history: History, summary: Summary, bar: tqdm | None) -> None:
+    """Conversations go to the daemon on WORKERS connections at once, so its group commit
+    writes several per fsync (one at a time: 16-19 exchanges/s on a loaded 2-core machine).
+    A conversation's exchanges stay in order on one connection. memd's own JSON lines go
+    one at a time: a conversation may continue across sessions, in order."""
     socket, warning = socket_for(args.config)
     if warning is not None:
         print(f"memd: warning: {warning}", file=sys.stderr)
-    with MemdClient(socket, timeout=60.0) as client:
-        for conv in history.conversations():
-            if _conversation(client, args.client, conv, summary):
-                summary.conversations += 1
-            if bar is not None:
-                bar.update(history.position - bar.n)
+    workers = 1 if history.format == "memd" else WORKERS
+    local = threading.local()
+    clients: list[MemdClient] = []
+
+    def one(conv: Conversation) -> Summary:
+        if not hasattr(local, "client"):
+            local.client = MemdClient(socket, timeout=60.0)
+            clients.append(local.client)
+        return _conversation(local.client, args.client, conv)
+
+    pending: set[Future[Summary]] = set()
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="memd-import") as pool:
+            try:
+                for conv in history.conversations():
+                    if len(pending) >= 2 * workers:
+                        _merge(summary, pending, FIRST_COMPLETED)
+                    pending.add(pool.submit(one, conv))
+                    if bar is not None:
+                        bar.update(history.position - bar.n)
+            except BaseException:  # Ctrl-C, a broken file: finish what started, no more
+                for future in pending:
+                    future.cancel()
+                raise
+            finally:
+                _merge(summary, pending, ALL_COMPLETED)
+    finally:
+        for client in clients:
+            client.close()
 
 
-def _conversation(client: MemdClient, client_id: str, conv: Conversation, s: Summary) -> bool:
-    """Import one conversation's exchanges; True if any of them was written."""
-    wrote = False
+def _merge(summary: Summary, pending: set[Future[Summary]], when: str) -> None:
+    """Add what finished (all of it, or at least one) to the summary; errors propagate."""
+    done, _ = wait(pending, return_when=when)
+    for future in done:
+        pending.discard(future)
+        if future.cancelled():
+            continue
+        part = future.result()
+        summary.conversations += part.conversations
+        summary.exchanges += part.exchanges
+        summary.already_there += part.already_there
+        summary.failed += part.failed
+        summary.skipped.update(part.skipped)
+
+
+def _conversation(client: MemdClient, client_id: str, conv: Conversation) -> Summary:
+    """Import one conversation's exchanges, in order; what happened to them."""
+    s = Summary()
     for ex in conv.exchanges:
         params: dict[str, Any] = {
             "client_id": client_id,
@@ -151,8 +196,8 @@ def _conversation(client: MemdClient, client_id: str, conv: Conversation, s: Sum
             s.skipped[f"exchange(s) in compacted sessions ({reply['skipped']})"] += 1
         else:
             s.exchanges += 1
-            wrote = True
-    return wrote
+    s.conversations = 1 if s.exchanges else 0
+    return s
 
 
 class _NoBar:

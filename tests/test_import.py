@@ -344,30 +344,15 @@ def test_bad_files_are_clear_errors_with_exit_2(tmp_path: Path, daemon_factory) 
     assert other.returncode == 2 and "without conversations.json" in other.stderr
     bad_line = cli(config, "import", "me", "-", stdin='{"session_id": 1}\n')
     assert bad_line.returncode == 1 and "line 1: not an exported exchange" in bad_line.stderr
-    with pytest.raises(RemoteError) as err:
-        call(
-            memd,
-            "memory.import_exchange",
-            client_id="me",
-            conversation_id="c",
-            user="u",
-            assistant="a",
-            exchange_id="x",
-        )
-    assert err.value.data == {"kind": "invalid_params", "param": "timestamp"} or (
-        err.value.data.get("param") == "timestamp"
-    )
-    with pytest.raises(RemoteError) as err:
-        call(
-            memd,
-            "memory.import_exchange",
-            client_id="me",
-            conversation_id="c",
-            user="u",
-            assistant="a",
-            exchange_id="x",
-            timestamp="2024-01-01",
-            session_id="../x",
-        )
-    assert err.value.data.get("param") == "session_id"
+    item = {"user": "u", "assistant": "a", "exchange_id": "x"}
+    for params, param in [
+        ({"exchanges": [item]}, "exchanges[0].timestamp"),
+        ({"exchanges": [{**item, "timestamp": "2024-01-01", "colour": 1}]}, "exchanges[0].colour"),
+        ({"exchanges": []}, "exchanges"),
+        ({"exchanges": [{**item, "timestamp": "2024-01-01"}], "session_id": "../x"}, "session_id"),
+    ]:
+        with pytest.raises(RemoteError) as err:
+            call(memd, "memory.import_exchanges", client_id="me", conversation_id="c", **params)
+        assert err.value.code == -32602 and err.value.data.get("param") == param
+    assert call(memd, "memory.export", client_id="me")["exchanges"] == []
     assert call(memd, "daemon.status")["clients"]["me"]

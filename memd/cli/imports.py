@@ -1,12 +1,13 @@
 """`memd import CLIENT FILE`: memd's JSON lines, or a ChatGPT or Claude.ai data export.
 
-The file is streamed (memd.histories) and each exchange goes to the daemon through
-`memory.import_exchange`, with its original time, its conversation's title and an
-exchange id taken from the source, so a second run (or one after Ctrl-C or an error)
-writes only what the first did not. On a terminal a bar shows the bytes read; the
-summary at the end counts conversations, exchanges, what was already there and what
-was left out and why. Exit 0 when all went in, 1 when an exchange failed or the file
-broke off, 2 when the file cannot be read or is no history memd knows.
+The file is streamed (memd.histories) and each conversation goes to the daemon through
+`memory.import_exchanges` (up to BATCH exchanges a call, committed together), each
+exchange with its original time and an id taken from the source, so a second run (or
+one after Ctrl-C or an error) writes only what the first did not. On a terminal a bar
+shows the bytes read; the summary at the end counts conversations, exchanges, what was
+already there and what was left out and why. Exit 0 when all went in, 1 when an
+exchange failed or the file broke off, 2 when the file cannot be read or is no history
+memd knows, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -29,6 +31,7 @@ from memd.histories import FORMATS, Conversation, History, HistoryError, open_hi
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKERS = 4  # connections at once (see _run)
+BATCH, BATCH_CHARS = 200, 1_000_000  # exchanges and characters per call
 FATAL = ("unknown_client", "memory_disabled", "unsupported_mode")
 
 
@@ -112,9 +115,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, history: History, summary: Summary, bar: tqdm | None) -> None:
     """Conversations go to the daemon on WORKERS connections at once, so its group commit
-    writes several per fsync (one at a time: 16-19 exchanges/s on a loaded 2-core machine).
-    A conversation's exchanges stay in order on one connection. memd's own JSON lines go
-    one at a time: a conversation may continue across sessions, in order."""
+    shares the state's commit between them (one exchange a call, one at a time, was
+    16-19 exchanges/s on a loaded 2-core machine: each waited for its fsyncs). A
+    conversation's exchanges stay in order on one connection. memd's own JSON lines go
+    one conversation at a time: one may continue across sessions, in order."""
     socket, warning = socket_for(args.config)
     if warning is not None:
         print(f"memd: warning: {warning}", file=sys.stderr)
@@ -165,39 +169,60 @@ def _merge(summary: Summary, pending: set[Future[Summary]], when: str) -> None:
 
 
 def _conversation(client: MemdClient, client_id: str, conv: Conversation) -> Summary:
-    """Import one conversation's exchanges, in order; what happened to them."""
+    """Import one conversation's exchanges, in order, a batch per call; what happened."""
     s = Summary()
+    head: dict[str, Any] = {"client_id": client_id, "conversation_id": conv.conversation_id}
+    if conv.title:
+        head["title"] = conv.title
+    if conv.session_id is not None:
+        head["session_id"] = conv.session_id
+    for batch in _batches(conv):
+        try:
+            reply = client.call("memory.import_exchanges", {**head, "exchanges": batch})
+        except RemoteError as exc:
+            if exc.kind in FATAL:
+                raise
+            print(f"memd: {conv.conversation_id} ({conv.title}): {exc}", file=sys.stderr)
+            s.failed += len(batch)
+            continue
+        for result in reply["results"]:
+            if "error" in result:
+                print(
+                    f"memd: {conv.conversation_id}: {result['error']['message']}", file=sys.stderr
+                )
+                s.failed += 1
+            elif result.get("duplicate"):
+                s.already_there += 1
+            elif result.get("skipped"):
+                s.skipped[f"exchange(s) in compacted sessions ({result['skipped']})"] += 1
+            else:
+                s.exchanges += 1
+    s.conversations = 1 if s.exchanges else 0
+    return s
+
+
+def _batches(conv: Conversation) -> Iterator[list[dict[str, Any]]]:
+    """The exchanges as memory.import_exchanges items, BATCH at most or about BATCH_CHARS
+    of text per call (a request line is bounded at 8 MiB)."""
+    batch: list[dict[str, Any]] = []
+    size = 0
     for ex in conv.exchanges:
-        params: dict[str, Any] = {
-            "client_id": client_id,
-            "conversation_id": conv.conversation_id,
+        item: dict[str, Any] = {
             "user": ex.user,
             "assistant": ex.assistant,
             "timestamp": ex.when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "exchange_id": ex.exchange_id,
         }
-        if conv.title:
-            params["title"] = conv.title
-        if conv.session_id is not None:
-            params["session_id"] = conv.session_id
         if ex.origin is not None:
-            params["conversation"], params["exchange"] = ex.origin
-        try:
-            reply = client.call("memory.import_exchange", params)
-        except RemoteError as exc:
-            if exc.kind in FATAL:
-                raise
-            print(f"memd: {conv.conversation_id} ({conv.title}): {exc}", file=sys.stderr)
-            s.failed += 1
-            continue
-        if reply.get("duplicate"):
-            s.already_there += 1
-        elif reply.get("skipped"):
-            s.skipped[f"exchange(s) in compacted sessions ({reply['skipped']})"] += 1
-        else:
-            s.exchanges += 1
-    s.conversations = 1 if s.exchanges else 0
-    return s
+            item["conversation"], item["exchange"] = ex.origin
+        length = len(ex.user) + len(ex.assistant)
+        if batch and (len(batch) >= BATCH or size + length > BATCH_CHARS):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += length
+    if batch:
+        yield batch
 
 
 class _NoBar:

@@ -1,6 +1,6 @@
 """Imports: exchanges from another history written into their own sessions, at their own times.
 
-`memory.import_exchange` (memd import) is `record_exchange` for the past. An exchange goes
+`memory.import_exchanges` (memd import) is `record_exchange` for the past. An exchange goes
 to the session its source names (`session_id`, a memd session id from `memd export`), to
 the session its conversation was imported into before, or else to a new session created
 *ended* (end reason `imported`): started when its id says (a `memd export` session id
@@ -17,10 +17,11 @@ whose conversation and number are already in it is a duplicate too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from memd.errors import InvalidParams
+from memd.errors import ExchangeConflict, InvalidParams
 from memd.layout import ClientLayout
 from memd.markdown import SESSION_ID_RE, Part, read_transcript, transcript
 from memd.sessions import chat, exchange_keys
@@ -49,55 +50,66 @@ class Importing:
     async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
         raise NotImplementedError
 
-    async def import_exchange(
+    async def import_exchanges(
         self,
         conversation_id: Any,
-        user: Any,
-        assistant: Any,
-        timestamp: Any,
-        exchange_id: Any,
+        exchanges: list[Any],
         session_id: str | None = None,
-        origin: tuple[int, int] | None = None,
         title: str | None = None,
-    ) -> dict[str, Any]:
-        """Write one past exchange (see the module doc); `origin` is its (conversation,
-        exchange) numbers in the source session `session_id`."""
+    ) -> list[dict[str, Any]]:
+        """Write past exchanges of one conversation, in order (see the module doc); one
+        result each. All are decided at once and committed together: one write and one
+        fsync for the lot (one call per exchange was 30 ms each, the fsyncs)."""
         chat.check_conversation_id(conversation_id)
-        key = exchange_keys.check_exchange_id(exchange_id)
-        if key is None:
-            raise InvalidParams("exchange_id is required", data={"param": "exchange_id"})
-        when = chat.parse_timestamp(timestamp)
-        if when is None:
-            raise InvalidParams("timestamp is required", data={"param": "timestamp"})
         if session_id is not None and not SESSION_ID_RE.match(session_id):
             raise InvalidParams("session_id is not a memd session id", data={"param": "session_id"})
-        parts = [
-            Part("User", chat.require_text(user, "user")),
-            Part("Assistant", chat.require_text(assistant, "assistant")),
-        ]
-        digest = exchange_keys.digest(parts[0].text, parts[1].text)
-        present = await self._present(session_id, origin)
+        items = [_item(raw, i) for i, raw in enumerate(exchanges)]
+        present = [await self._present(session_id, item.origin) for item in items]
+        pending: list[Awaitable[None]] = []
+        results: list[dict[str, Any]] = []
         async with self._deciding:
             await self._wait_ready()
-            book = self._book
-            conv = book.by_external.get(conversation_id)
-            seen = book.keys.get(conv.key, key) if conv is not None else None
-            if seen is not None:
-                pending: Awaitable[Any] = self._enqueue(Op())  # its first call is on disk
-                result = exchange_keys.replay(seen, digest, conversation_id, key, self.layout)
-            elif present:
-                pending, result = self._enqueue(Op()), self._not_written(session_id, "duplicate")
-            else:
-                sess = self._import_session(session_id, conv, when)
-                if sess.state == COMPACTED:
-                    pending = self._enqueue(Op())
-                    result = self._not_written(sess.session_id, "session_compacted")
-                else:
-                    pending, result = self._write(
-                        sess, conversation_id, key, digest, parts, when, title
-                    )
-        await pending
-        return result
+            op = Op()
+            for item, there in zip(items, present, strict=True):
+                result, sess = self._decide(op, conversation_id, item, there, session_id, title)
+                if sess is not None and op.session is not None and op.session is not sess:
+                    pending.append(self._enqueue(op))  # one transcript per change
+                    op = Op()
+                    result, _ = self._decide(op, conversation_id, item, there, session_id, title)
+                results.append(result)
+            pending.append(self._enqueue(op))  # also the barrier for duplicates' first calls
+        for done in pending:
+            await done
+        return results
+
+    def _decide(
+        self,
+        op: Op,
+        conversation_id: str,
+        item: _Item,
+        present: bool,
+        session_id: str | None,
+        title: str | None,
+    ) -> tuple[dict[str, Any], Session | None]:
+        """One exchange's fate (under the decision lock); the session it was written to."""
+        book = self._book
+        conv = book.by_external.get(conversation_id)
+        seen = book.keys.get(conv.key, item.key) if conv is not None else None
+        if seen is not None:
+            try:
+                return exchange_keys.replay(
+                    seen, item.digest, conversation_id, item.key, self.layout
+                ), None
+            except ExchangeConflict as exc:
+                return {"error": {"kind": "exchange_conflict", "message": str(exc)}}, None
+        if present:
+            return self._not_written(session_id, "duplicate"), None
+        sess = self._import_session(session_id, conv, item.when)
+        if sess.state == COMPACTED:
+            return self._not_written(sess.session_id, "session_compacted"), None
+        if op.session is not None and op.session is not sess:
+            return {}, sess  # the caller queues what it has and decides this one again
+        return self._write(op, sess, conversation_id, item, title), sess
 
     def _not_written(self, session_id: str | None, why: str) -> dict[str, Any]:
         sid = session_id or ""
@@ -142,39 +154,71 @@ class Importing:
         )
 
     def _write(
-        self,
-        sess: Session,
-        conversation_id: str,
-        key: str,
-        digest: bytes,
-        parts: list[Part],
-        when: datetime,
-        title: str | None,
-    ) -> tuple[Awaitable[None], dict[str, Any]]:
-        """Decide and queue one past exchange into `sess` (under the decision lock)."""
-        book, op, stamp = self._book, Op(), when.timestamp()
+        self, op: Op, sess: Session, conversation_id: str, item: _Item, title: str | None
+    ) -> dict[str, Any]:
+        """Decide one past exchange into `sess` and `op` (under the decision lock)."""
+        book, when = self._book, item.when
+        stamp = when.timestamp()
         conv = book.by_external.get(conversation_id)
         if conv is None:
             conv = book.by_external[conversation_id] = book.new_conv("mcp", conversation_id)
-            conv.title = title_of(title or parts[0].text)
+            conv.title = title_of(title or item.parts[0].text)
         header = book.header_if_due(sess, conv, when)
         conv.exchanges += 1
         block = transcript.exchange_block(
-            conv.exchanges, when, parts, title=conv.title or "", index_chars=self._index_chars
+            conv.exchanges, when, item.parts, title=conv.title or "", index_chars=self._index_chars
         )
-        op.keys.append(book.keys.add(conv.key, key, digest, sess.session_id, conv.number))
+        op.keys.append(book.keys.add(conv.key, item.key, item.digest, sess.session_id, conv.number))
         if sess.state == ENDED and sess.end_reason == "imported":
             sess.ended = max(sess.ended or stamp, stamp)
         book.append(op, sess, conv, stamp, header + block)
         if self._seen is not None and self._seen[0] == sess.session_id:
             self._seen = None
-        result = {
+        return {
             "session_id": sess.session_id,
             "conversation": conv.number,
             "path": str(self.layout.session_file(sess.session_id)),
             "duplicate": False,
         }
-        return self._enqueue(op), result
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One exchange of an import call, checked before anything is decided."""
+
+    key: str
+    when: datetime
+    parts: list[Part]
+    digest: bytes
+    origin: tuple[int, int] | None
+
+
+def _item(raw: Any, i: int) -> _Item:
+    """exchanges[i] checked: user, assistant, timestamp, exchange_id; conversation and
+    exchange (its numbers in the source session) optional."""
+    at = f"exchanges[{i}]"
+    if not isinstance(raw, dict):
+        raise InvalidParams(f"{at} must be an object", data={"param": at})
+    unknown = sorted(
+        set(raw) - {"user", "assistant", "timestamp", "exchange_id", "conversation", "exchange"}
+    )
+    if unknown:
+        raise InvalidParams(
+            f"unknown param {at}.{unknown[0]}", data={"param": f"{at}.{unknown[0]}"}
+        )
+    key = exchange_keys.check_exchange_id(raw.get("exchange_id"))
+    when = chat.parse_timestamp(raw.get("timestamp"))
+    for name, value in (("exchange_id", key), ("timestamp", when)):
+        if value is None:
+            raise InvalidParams(f"{at}.{name} is required", data={"param": f"{at}.{name}"})
+    assert key is not None and when is not None
+    parts = [
+        Part("User", chat.require_text(raw.get("user"), f"{at}.user")),
+        Part("Assistant", chat.require_text(raw.get("assistant"), f"{at}.assistant")),
+    ]
+    numbers = (raw.get("conversation"), raw.get("exchange"))
+    origin = numbers if all(isinstance(n, int) and n > 0 for n in numbers) else None
+    return _Item(key, when, parts, exchange_keys.digest(parts[0].text, parts[1].text), origin)  # type: ignore[arg-type]
 
 
 def _coordinates(layout: ClientLayout, session_id: str) -> Coordinates:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,55 @@ def test_bad_files_are_clear_errors_with_exit_2(tmp_path: Path, daemon_factory) 
         assert err.value.code == -32602 and err.value.data.get("param") == param
     assert call(memd, "memory.export", client_id="me")["exchanges"] == []
     assert call(memd, "daemon.status")["clients"]["me"]
+
+
+def test_an_import_cut_short_by_ctrl_c_is_finished_by_running_it_again(
+    tmp_path: Path, daemon_factory
+) -> None:
+    config = write_config(tmp_path / "config.toml", base_config(tmp_path, clients={"me": ON}))
+    memd = daemon_factory(config)
+    convs = []
+    for i in range(1500):
+        c = ChatGPTConversation(f"Chat {i}", "2024-07-01T10:00:00Z")
+        c.say("user", [f"Question {i}"], "2024-07-01T10:00:00Z")
+        c.say("assistant", [f"Answer {i}"], "2024-07-01T10:00:01Z")
+        convs.append(c.export())
+    export = write_json(tmp_path / "conversations.json", convs)
+    cmd = [sys.executable, "-m", "memd.cli", "import", "me", str(export), "--json"]
+    child = subprocess.Popen(
+        [*cmd, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
+    wait_for(
+        lambda: call(memd, "memory.export", client_id="me", limit=1)["exchanges"],
+        what="the first exchange imported",
+    )
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "interrupted: run the same command again" in err and "Traceback" not in err
+    first = json.loads(out)["imported"]
+    assert 0 < first < 1500
+
+    rerun = cli(config, "import", "me", str(export), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["imported"] + summary["already_there"] == 1500
+    assert summary["already_there"] >= first
+    users = []
+    cursor = None
+    while True:
+        page = call(
+            memd,
+            "memory.export",
+            client_id="me",
+            limit=1000,
+            **({"cursor": cursor} if cursor else {}),
+        )
+        users += [r["user"] for r in page["exchanges"]]
+        if not (cursor := page["next_cursor"]):
+            break
+    assert sorted(users) == sorted(f"Question {i}" for i in range(1500))

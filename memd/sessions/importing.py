@@ -33,7 +33,7 @@ Coordinates = set[tuple[int, int]]  # (conversation number, exchange number) in 
 
 
 class Importing:
-    """import_exchange; ClientSessions provides the state, the lock and the writer."""
+    """import_exchanges; ClientSessions provides the state, the lock and the writer."""
 
     layout: ClientLayout
     _book: SessionBook
@@ -173,7 +173,7 @@ class Importing:
             sess.ended = max(sess.ended or stamp, stamp)
         book.append(op, sess, conv, stamp, header + block)
         if self._seen is not None and self._seen[0] == sess.session_id:
-            self._seen = None
+            self._seen[1].add((conv.number, conv.exchanges))  # as its transcript now reads
         return {
             "session_id": sess.session_id,
             "conversation": conv.number,

@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from memd.access import client_rows
+from memd.api import imports as api_imports
 from memd.api import privacy as api_privacy
 from memd.api import recall as api_recall
 from memd.api.app import App
-from memd.errors import InvalidParams
 from memd.rpc import JsonParams, Params, Registry
-
-MAX_IMPORT = 1000  # exchanges per memory.import_exchanges call
 
 
 def build_registry(app: App) -> Registry:
@@ -53,22 +51,6 @@ def build_registry(app: App) -> Registry:
             conversation_id, user, assistant, timestamp, exchange_id=exchange_id
         )
 
-    @registry.method("memory.import_exchanges")
-    async def import_exchanges(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            conversation_id = p.require("conversation_id", str)
-            exchanges = p.require("exchanges", list)
-            session_id = p.optional("session_id", str)
-            title = p.optional("title", str)
-        if not 0 < len(exchanges) <= MAX_IMPORT:
-            raise InvalidParams(
-                f"exchanges must hold 1 to {MAX_IMPORT} exchanges", data={"param": "exchanges"}
-            )
-        sessions = (await app.runtime.client(client_id)).sessions
-        results = await sessions.import_exchanges(conversation_id, exchanges, session_id, title)
-        return {"results": results}
-
     @registry.method("memory.record_chat")
     async def record_chat(params: JsonParams) -> dict[str, Any]:
         with Params(params) as p:
@@ -101,4 +83,5 @@ def build_registry(app: App) -> Registry:
 
     api_recall.register(registry, app)
     api_privacy.register(registry, app)
+    api_imports.register(registry, app)
     return registry

@@ -76,7 +76,7 @@ def test_install_merges_with_what_is_there_and_uninstall_takes_out_only_memd(
     assert data["permissions"] == original["permissions"]
     assert data["hooks"]["PreToolUse"] == original["hooks"]["PreToolUse"]
     for event in ("Stop", "SessionEnd"):
-        ours = [c for c in hook_commands(settings, event) if "hooks run claude-code" in c]
+        ours = [c for c in hook_commands(settings, event) if "memd.cli.hook_run" in c]
         assert len(ours) == 1 and ours[0].endswith("--client cc")
     assert "notify-send done" in hook_commands(settings, "Stop")
     once = settings.read_bytes()

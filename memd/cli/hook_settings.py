@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 EVENTS = ("Stop", "SessionEnd")
-MARKER = "hooks run claude-code"
+MARKER = "memd.cli.hook_run"
 TIMEOUT = 30  # seconds; the hook itself gives up on memd well before
 
 
@@ -33,7 +33,7 @@ def settings_path(scope: str) -> Path:
 
 def hook_command(client: str, config: str | None) -> str:
     """The command line Claude Code runs: this Python and memd, wherever they are installed."""
-    parts = [sys.executable, "-m", "memd.cli", "hooks", "run", "claude-code", "--client", client]
+    parts = [sys.executable, "-m", "memd.cli.hook_run", "--client", client]
     if config:
         parts += ["--config", str(Path(config).resolve())]
     return " ".join(shlex.quote(p) for p in parts)

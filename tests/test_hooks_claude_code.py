@@ -202,6 +202,19 @@ def test_the_hook_records_each_turn_once_with_memd_down_then_up(
     assert [r["user"] for r in rows][-1] == "And now?" and len(rows) == 3
     assert len({(r["session_id"], r["conversation"]) for r in rows}) == 1
 
+    # A turn read back with other text (read while it was still being written): memd
+    # keeps what it has, and the turns after it are still recorded.
+    changed = Transcript(tmp_path / "changed.jsonl")
+    text = t.path.read_text(encoding="utf-8").replace("Two: a.py and b.py.", "Three.")
+    changed.path.write_text(text, encoding="utf-8")
+    changed.parent = t.parent
+    changed.add("user", "Last one?", "2026-03-03T09:00:00.000Z")
+    changed.add("assistant", [{"type": "text", "text": "Yes."}], "2026-03-03T09:00:01.000Z")
+    assert run_hook(home, command, changed.payload()).returncode == 0
+    rows = exported(memd)
+    assert [r["user"] for r in rows][-1] == "Last one?" and len(rows) == 4
+    assert rows[0]["assistant"].endswith("Two: a.py and b.py.")
+
 
 def test_a_hook_without_a_usable_payload_exits_0(tmp_path: Path) -> None:
     home = tmp_path / "home"

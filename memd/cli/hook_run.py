@@ -63,7 +63,13 @@ def _run(client_id: str, config: str | None) -> str:
                 ex = turn.exchange
                 params = {"client_id": client_id, "conversation_id": conv, "user": ex.user}
                 params |= {"assistant": ex.assistant, "timestamp": stamp(ex.when)}
-                client.call("memory.record_exchange", {**params, "exchange_id": ex.exchange_id})
+                try:
+                    client.call("memory.record_exchange", {**params, "exchange_id": ex.exchange_id})
+                except RemoteError as exc:
+                    # Recorded before with other text (a turn read while still being
+                    # written): what memd has stays, and the turns after it go on.
+                    if exc.kind != "exchange_conflict":
+                        raise
                 done += 1
     except (ClientError, RemoteError, OSError) as exc:
         return f"{done} of {len(todo)} turn(s) recorded ({exc}); the next turn retries"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from memd.access import client_rows
+from memd.api import imports as api_imports
 from memd.api import privacy as api_privacy
 from memd.api import recall as api_recall
 from memd.api.app import App
@@ -83,4 +84,5 @@ def build_registry(app: App) -> Registry:
 
     api_recall.register(registry, app)
     api_privacy.register(registry, app)
+    api_imports.register(registry, app)
     return registry

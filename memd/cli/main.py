@@ -12,9 +12,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from memd import __version__
 from memd.cli import folders, init, privacy, recall, record, service, sessions, status
+from memd.cli import hooks as hooks_cli
+from memd.cli import imports as imports_cli
 from memd.cli.client import ClientError, RemoteError
 from memd.cli.common import (  # re-exported: command modules written against main use them
     EXIT_ERROR,
@@ -46,7 +49,8 @@ __all__ = [
 ]
 
 # In the order `memd --help` lists them.
-COMMANDS = (init, status, record, sessions, recall, privacy, folders, service, proxy_cli)
+COMMANDS: tuple[ModuleType, ...] = (init, status, record, sessions, recall, privacy)
+COMMANDS += (imports_cli, hooks_cli, folders, service, proxy_cli)
 
 EPILOG = """\
 examples:

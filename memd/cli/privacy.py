@@ -1,11 +1,9 @@
-"""The `memd forget`, `memd export` and `memd import` commands.
+"""The `memd forget` and `memd export` commands (`memd import`: memd.cli.imports).
 
 `forget` shows what a recall query would remove and asks before removing it (on a
 terminal; `--yes` skips the question, and is required when stdin is not a terminal).
 `export` streams every exchange page by page, as JSON lines or as markdown, so a whole
-history is never held in memory. `import` reads export's JSON lines back into a client
-through `memory.record_exchange` with each exchange's own timestamp, and an exchange id
-derived from where it came from, so importing the same file twice writes nothing twice.
+history is never held in memory.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from memd.cli.client import MemdClient, RemoteError
+from memd.cli.client import MemdClient
 from memd.config import socket_for
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -24,7 +22,7 @@ TIMES = "ISO date or datetime (UTC unless an offset is given) or relative (30m, 
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add `forget`, `export` and `import` to the `memd` subcommands."""
+    """Add `forget` and `export` to the `memd` subcommands."""
     forget = sub.add_parser(
         "forget",
         parents=[common],
@@ -56,18 +54,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     export.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
     export.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
     export.set_defaults(func=cmd_export)
-
-    imp = sub.add_parser(
-        "import",
-        parents=[common],
-        help="record exchanges from `memd export` JSON lines",
-        description="Read JSON lines as `memd export` writes them ('-' for stdin) and "
-        "record each exchange into CLIENT with its original time.",
-    )
-    imp.add_argument("client", help="a client id with memory enabled")
-    imp.add_argument("file", help="JSON lines file, or - for stdin")
-    imp.add_argument("--json", action="store_true", help="print the raw JSON summary")
-    imp.set_defaults(func=cmd_import)
 
 
 def _client(args: argparse.Namespace, timeout: float | None = 60.0) -> MemdClient:
@@ -184,54 +170,3 @@ def _markdown(record: dict[str, Any]) -> str:
         head += f" ({record['conversation_id']})"
     body = "".join(f"**{p['label']}:** {p['text']}\n\n" for p in record["parts"])
     return f"{head} · exchange {record['exchange']}\n\n{body}"
-
-
-def import_call(record: dict[str, Any], client_id: str) -> dict[str, Any]:
-    """memory.record_exchange params for one exported exchange."""
-    source = f"{record['session_id']}#{record['conversation']}"
-    conversation = record.get("conversation_id") or f"import:{source}"
-    return {
-        "client_id": client_id,
-        "conversation_id": conversation,
-        "user": record["user"],
-        "assistant": record["assistant"],
-        "timestamp": record["time"],
-        "exchange_id": f"import:{source}#{record['exchange']}",
-    }
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-    imported = skipped = failed = 0
-    try:
-        with _client(args) as client:
-            for n, line in enumerate(src, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    reply = client.call("memory.record_exchange", import_call(record, args.client))
-                except (ValueError, KeyError, TypeError) as exc:
-                    print(f"memd: line {n}: not an exported exchange ({exc})", file=sys.stderr)
-                    failed += 1
-                    continue
-                except RemoteError as exc:
-                    if exc.kind in ("unknown_client", "memory_disabled", "unsupported_mode"):
-                        raise
-                    print(f"memd: line {n}: {exc}", file=sys.stderr)
-                    failed += 1
-                    continue
-                if reply.get("duplicate"):
-                    skipped += 1
-                else:
-                    imported += 1
-    finally:
-        if src is not sys.stdin:
-            src.close()
-    summary = {"imported": imported, "already_there": skipped, "failed": failed}
-    print(
-        json.dumps(summary)
-        if args.json
-        else f"imported {imported} exchange(s), {skipped} already there, {failed} failed"
-    )
-    return EXIT_ERROR if failed else EXIT_OK

@@ -58,6 +58,7 @@ from memd.sessions.book import ACTIVE, Op, SessionBook
 from memd.sessions.committer import Committer, maybe_await
 from memd.sessions.erase import Erased, erase
 from memd.sessions.events import EventKind, Hook, SessionInfo
+from memd.sessions.importing import Importing
 from memd.sessions.recording import OFFLOAD_CHARS, OFFLOAD_MESSAGES, Recording
 from memd.sessions.store import Change, Conv, Session, StateStore
 
@@ -66,7 +67,7 @@ log = structlog.get_logger()
 __all__ = ["OFFLOAD_CHARS", "OFFLOAD_MESSAGES", "ClientSessions"]
 
 
-class ClientSessions(Recording):
+class ClientSessions(Recording, Importing):
     """Sessions and conversations of one client. Use `async with` or open()/close().
 
     All methods are coroutines for the daemon's event loop; file and sqlite work runs in

@@ -25,6 +25,7 @@ from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
 from memd.recall import RecallLane
+from memd.redaction import Scrubber
 from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
@@ -145,6 +146,7 @@ class Runtime:
                         new.max_session_minutes,
                         new.limits.index_exchange_chars,
                     )
+                    runtime.sessions.scrubber = scrubber_of(new)
             await self.pipelines.apply(new)
             self._applied.set()
 
@@ -160,6 +162,7 @@ class Runtime:
             clock=self.clock,
             on_end=[self.compactor.on_end_hook(layout)],
             on_restore=[self._restore_hook(layout)],
+            scrubber=scrubber_of(config),
         )
         await sessions.open()
         if config.compaction.enabled:
@@ -207,6 +210,7 @@ class Runtime:
             "active_session": runtime.sessions.active_session(),
             "active_sessions": runtime.sessions.active_sessions(),
             "compaction": self.compactor.client_status(client_id),
+            "redacted": runtime.sessions.redaction_counts(),
             **self.pipelines.status(client_id),
         }
 
@@ -267,3 +271,9 @@ class Runtime:
                 except Exception:
                     log.exception("client.close_failed", client=client_id)
             self.clients.clear()
+
+
+def scrubber_of(config: Config) -> Scrubber:
+    """The record path's scrubber as `[privacy]` says (the loader checked the patterns)."""
+    priv = config.privacy
+    return Scrubber(enabled=priv.redact_secrets, patterns=priv.pattern_pairs(), allow=priv.allow)

@@ -14,6 +14,7 @@ for 12-24 s. A failed write voids the state while such a step runs: the step not
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -21,7 +22,8 @@ from typing import Any, TypeVar
 
 from memd.layout import ClientLayout
 from memd.markdown import Part, transcript
-from memd.sessions import chat, exchange_keys
+from memd.redaction import Scrubbed, Scrubber
+from memd.sessions import chat, exchange_keys, scrubbing, sealing
 from memd.sessions.book import ACTIVE, Op, SessionBook, title_of
 from memd.sessions.committer import Committer
 from memd.sessions.exchange_keys import Recorded
@@ -49,6 +51,8 @@ class Recording:
     _hashing: ThreadPoolExecutor | None
     _index_chars: int | None
     _clock: Callable[[], float]
+    scrubber: Scrubber
+    _seal_key: bytes
 
     async def _wait_ready(self) -> None:
         raise NotImplementedError
@@ -75,9 +79,15 @@ class Recording:
         key = exchange_keys.check_exchange_id(exchange_id)
         big = isinstance(user, str) and isinstance(assistant, str)
         big = big and len(user) + len(assistant) > OFFLOAD_CHARS
-        parts, body = await self._cpu(big, _exchange_parts, user, assistant, self._index_chars)
+        parts, body, redacted = await self._cpu(
+            big, _exchange_parts, self.scrubber, user, assistant, self._index_chars
+        )
         when = chat.parse_timestamp(timestamp)
-        digest = exchange_keys.digest(parts[0].text, parts[1].text) if key is not None else b""
+        digest = (
+            exchange_keys.digest(parts[0].text, parts[1].text, self._seal_key)
+            if key is not None
+            else b""
+        )
         while True:
             async with self._deciding:
                 await self._wait_ready()
@@ -89,6 +99,7 @@ class Recording:
                     now, op = self._clock(), Op()
                     sess = book.target(conv, now, op)
                     if sess is not None:
+                        op.redacted.update(redacted)
                         pending = self._write_exchange(
                             op, sess, conv, conversation_id, key, digest, parts, body, when, now
                         )
@@ -137,6 +148,7 @@ class Recording:
             "conversation": conv.number,
             "path": str(self.layout.session_file(sess.session_id)),
             "duplicate": False,
+            "redacted": sum(op.redacted.values()),
         }
         return _then(self._enqueue(op), result)
 
@@ -151,13 +163,15 @@ class Recording:
         """both: record an OpenAI chat call (the messages sent and the reply); see module doc."""
         when = chat.parse_timestamp(timestamp)
         many = isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES
-        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response)
+        msgs, resp, hashes, size, seen = await self._cpu(
+            many, _prepare, self.scrubber, self._seal_key, messages, response
+        )
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
             async with self._deciding:
                 await self._wait_ready()
                 try:
-                    pending = await self._decide_chat(msgs, resp, hashes, when, big)
+                    pending = await self._decide_chat(msgs, resp, hashes, when, big, seen)
                 except _Stale:
                     continue
             if isinstance(pending, Conv):
@@ -172,6 +186,7 @@ class Recording:
         hashes: list[bytes],
         when: datetime | None,
         big: bool,
+        seen: list[Scrubbed | None],
     ) -> Awaitable[dict[str, Any]] | Conv:
         """Decide and queue one chat call (under the decision lock): its answer to await,
         or the conversation whose session must be reopened first."""
@@ -212,8 +227,13 @@ class Recording:
             self._index_chars,
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
+        for outcome in seen[k:]:  # what this call writes: the new messages and the reply
+            if outcome is not None:
+                op.redacted.update(outcome.kinds)
         book.append(op, sess, conv, now, header + text)
-        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new)))
+        result = self._chat_result(conv, kind, len(new))
+        result["redacted"] = sum(op.redacted.values())
+        return _then(self._enqueue(op), result)
 
     def _duplicate(self, conv: Conv, now: float, op: Op) -> Awaitable[dict[str, Any]]:
         """A retried call: nothing is written; it only counts as activity of a live session."""
@@ -231,6 +251,7 @@ class Recording:
             "appended": appended,
             "match": kind,
             "path": str(self.layout.session_file(sid)) if sid else "",
+            "redacted": 0,
         }
 
     async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
@@ -260,22 +281,27 @@ async def _then(done: Awaitable[None], result: T) -> T:
     return result
 
 
-def _exchange_parts(user: Any, assistant: Any, index_chars: int | None) -> tuple[list[Part], str]:
-    """The exchange's two parts, checked and cleaned, and their markdown (pure: may run
-    in a thread before the call decides anything)."""
-    parts = [
-        Part("User", chat.require_text(user, "user")),
-        Part("Assistant", chat.require_text(assistant, "assistant")),
-    ]
-    return parts, transcript.parts_block(parts, index_chars)
+def _exchange_parts(
+    scrubber: Scrubber, user: Any, assistant: Any, index_chars: int | None
+) -> tuple[list[Part], str, Counter[str]]:
+    """The exchange's two parts, checked, cleaned and scrubbed, their markdown, and what
+    was redacted by kind (pure: may run in a thread before the call decides anything)."""
+    asked = scrubber.scrub(chat.require_text(user, "user"), private=True)
+    said = scrubber.scrub(chat.require_text(assistant, "assistant"))
+    parts = [Part("User", asked.text), Part("Assistant", said.text)]
+    return parts, transcript.parts_block(parts, index_chars), asked.kinds + said.kinds
 
 
 def _prepare(
-    messages: Any, response: Any
-) -> tuple[list[chat.Message], chat.Message, list[bytes], int]:
-    """chat.prepare, and the request's size in characters (what rendering it costs)."""
+    scrubber: Scrubber, key: bytes, messages: Any, response: Any
+) -> tuple[list[chat.Message], chat.Message, list[bytes], int, list[Scrubbed | None]]:
+    """The call scrubbed (memd.sessions.scrubbing), then chat.prepare with hashes sealed
+    (memd.sessions.sealing), the request's size in characters (what rendering it costs)
+    and what was redacted in each message."""
+    messages, response, seen = scrubbing.scrub_chat(scrubber, messages, response)
     msgs, resp, hashes = chat.prepare(messages, response)
-    return msgs, resp, hashes, sum(len(m.key) for m in msgs) + len(resp.key)
+    hashes = sealing.seal_all(key, hashes)
+    return msgs, resp, hashes, sum(len(m.key) for m in msgs) + len(resp.key), seen
 
 
 def _render_chat(

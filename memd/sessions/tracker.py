@@ -53,6 +53,7 @@ import structlog
 
 from memd.errors import StorageError
 from memd.layout import ClientLayout
+from memd.redaction import Scrubber
 from memd.sessions import chat
 from memd.sessions.book import ACTIVE, Op, SessionBook
 from memd.sessions.committer import Committer, maybe_await
@@ -91,8 +92,13 @@ class ClientSessions(Recording):
         on_restore: Sequence[Hook] = (),
         index_capacity: int = chat.INDEX_CAPACITY,
         index_exchange_chars: int | None = None,
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.layout = layout
+        # Secrets and <private> spans out of every record call (memd.sessions.scrubbing);
+        # the daemon passes the one its config builds, and a new one on reload.
+        self.scrubber = scrubber if scrubber is not None else Scrubber()
+        self._seal_key = b""  # the client's hash key, read with the state
         self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
         self.client_id = layout.client_id
         self.on_end: list[Hook] = list(on_end)
@@ -294,6 +300,10 @@ class ClientSessions(Recording):
                 await self._committer.io(self._disk.close)
                 await self._reload()
 
+    def redaction_counts(self) -> dict[str, int]:
+        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
+        return dict(self._disk.redacted)
+
     def active_session(self) -> dict[str, Any] | None:
         """The current session (where new conversations go), or None."""
         current = self._book.current
@@ -338,6 +348,7 @@ class ClientSessions(Recording):
         book.inactivity, book.max_duration = self._inactivity, self._max
         book.load(loaded, self._index_capacity)
         self._book = book
+        self._seal_key = self._disk.seal_key
         self._ready.set()
 
     async def _wait_ready(self) -> None:

@@ -103,7 +103,8 @@ def test_secrets_recorded_over_the_socket_never_reach_the_disk(
     first = memd.call("memory.record_chat", chat_call(history, reply))
     assert first["new_conversation"] and first["redacted"] == 3, first
     # The app resends everything as it was, secrets included, plus a new turn.
-    again = history + [
+    again = [
+        *history,
         reply,
         {"role": "tool", "tool_call_id": "call_1", "content": "deployed"},
         {"role": "user", "content": f"orchard note <private>{PRIVATE}</private> done"},

@@ -47,7 +47,9 @@ class PrivacyDesk:
             }
         lock = self._locks.setdefault(client_id, asyncio.Lock())
         async with lock, self._target(client_id) as target:
-            return await forget(target, selector)
+            result = await forget(target, selector)
+            await self.runtime.rebaseline(target.layout)
+            return result
 
     async def export(
         self,

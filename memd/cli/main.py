@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from memd import __version__
-from memd.cli import folders, init, privacy, recall, record, service, sessions, status
+from memd.cli import folders, init, privacy, recall, record, redact, service, sessions, status
 from memd.cli.client import ClientError, RemoteError
 from memd.cli.common import (  # re-exported: command modules written against main use them
     EXIT_ERROR,
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 # In the order `memd --help` lists them.
-COMMANDS = (init, status, record, sessions, recall, privacy, folders, service, proxy_cli)
+COMMANDS = (init, status, record, sessions, recall, privacy, redact, folders, service, proxy_cli)
 
 EPILOG = """\
 examples:

@@ -20,13 +20,12 @@ from memd.access import memory_client
 from memd.compaction import Compactor
 from memd.config import Config
 from memd.daemon.edits import EditWatch
-from memd.daemon.privacy import PrivacyDesk
+from memd.daemon.privacy import PrivacyDesk, scrubber_of
 from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
 from memd.recall import RecallLane
-from memd.redaction import Scrubber
 from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
@@ -73,6 +72,12 @@ class Runtime:
     async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
         """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
         return await self.privacy.forget(client_id, selector)
+
+    async def redact(
+        self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None
+    ) -> dict[str, Any]:
+        """memory.redact: the current rules applied to what is stored (memd.daemon.privacy)."""
+        return await self.privacy.redact(client_id, only, dry_run, rebuild)
 
     async def export(
         self,
@@ -309,9 +314,3 @@ class Runtime:
                 except Exception:
                     log.exception("client.close_failed", client=client_id)
             self.clients.clear()
-
-
-def scrubber_of(config: Config) -> Scrubber:
-    """The record path's scrubber as `[privacy]` says (the loader checked the patterns)."""
-    priv = config.privacy
-    return Scrubber(enabled=priv.redact_secrets, patterns=priv.pattern_pairs(), allow=priv.allow)

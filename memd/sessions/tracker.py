@@ -54,7 +54,7 @@ import structlog
 from memd.errors import StorageError
 from memd.layout import ClientLayout
 from memd.redaction import Scrubber
-from memd.sessions import chat
+from memd.sessions import chat, rescrub
 from memd.sessions.book import ACTIVE, Op, SessionBook
 from memd.sessions.committer import Committer, maybe_await
 from memd.sessions.erase import Erased, erase
@@ -283,6 +283,21 @@ class ClientSessions(Recording):
         is committed first, and memory is rebuilt from the state afterwards.
         """
         return await self._paused(erase, self._disk, cuts, files_lock)
+
+    async def redact(
+        self,
+        only: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        files_lock: threading.Lock | None = None,
+    ) -> dict[str, Any]:
+        """`memd redact`: the current rules applied to stored files (memd.sessions.rescrub);
+        a dry run only reads, a real one pauses record calls like `erase`."""
+        if dry_run:
+            found = await asyncio.to_thread(rescrub.scan, self.layout, self.scrubber, only)
+        else:
+            found = await self._paused(rescrub.rescrub, self._disk, self.scrubber, only, files_lock)
+        return found.row()
 
     async def resync(self) -> None:
         """Read the state again after files moved behind its back (a summary dropped, a

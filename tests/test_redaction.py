@@ -33,7 +33,7 @@ def test_scrubbing_is_deterministic_and_idempotent() -> None:
     assert again.text == once.text and again.count == 0
 
 
-def test_private_spans_only_in_user_text() -> None:
+def test_private_spans_and_unclosed_ones_in_user_text() -> None:
     scrubber = Scrubber()
     text = "my PIN is <private>4711 and the safe code 0815</private>, remember the rest"
     out = scrubber.scrub(text, private=True)
@@ -41,7 +41,9 @@ def test_private_spans_only_in_user_text() -> None:
     assert out.kinds["private"] == 1
     unclosed = scrubber.scrub("a <PRIVATE>diary entry that never closes", private=True)
     assert unclosed.text == f"a {PRIVATE_MARKER}"
-    assert "<private>" in scrubber.scrub("use the <private> tag", private=False).text
+    assert scrubber.scrub("use the <private> tag", private=False).text == "use the <private> tag"
+    echoed = scrubber.scrub("You said: <private>4711</private>.", private=False)
+    assert echoed.text == f"You said: {PRIVATE_MARKER}." and echoed.kinds["private"] == 1
 
 
 def test_private_spans_are_dropped_even_with_scrubbing_off() -> None:

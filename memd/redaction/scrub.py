@@ -23,6 +23,7 @@ from memd.redaction.patterns import BUILTIN, KINDS, Rule
 
 PRIVATE_MARKER = "[private]"
 _PRIVATE = re.compile(r"<private>[\s\S]*?(?:</private>|\Z)", re.IGNORECASE)
+_PRIVATE_CLOSED = re.compile(r"<private>[\s\S]*?</private>", re.IGNORECASE)
 
 
 def marker(kind: str) -> str:
@@ -68,11 +69,13 @@ class Scrubber:
         self._anchors = [(a, i, r.fold) for i, r in enumerate(self.rules) for a in r.anchors]
 
     def scrub(self, text: str, *, private: bool = False) -> Scrubbed:
-        """`text` with every recognised secret replaced; `private`: user text, whose
-        `<private>…</private>` spans (an unclosed one runs to the end) are dropped too."""
+        """`text` with every recognised secret and `<private>…</private>` span replaced;
+        `private`: user text, where an unclosed `<private>` runs to the end. (Other text
+        loses closed spans only: a reply that echoes the user's private span must not
+        store it, one that mentions the tag once must not lose the rest.)"""
         kinds: Counter[str] = Counter()
-        if private and "<" in text and ("<private>" in text or "<PRIVATE>" in text.upper()):
-            text, n = _PRIVATE.subn(PRIVATE_MARKER, text)
+        if "<" in text and ("<private>" in text or "<private>" in text.lower()):
+            text, n = (_PRIVATE if private else _PRIVATE_CLOSED).subn(PRIVATE_MARKER, text)
             kinds["private"] += n
         spans = self._spans(text)
         if not spans:

@@ -286,10 +286,11 @@ def _exchange_parts(
 ) -> tuple[list[Part], str, Counter[str]]:
     """The exchange's two parts, checked, cleaned and scrubbed, their markdown, and what
     was redacted by kind (pure: may run in a thread before the call decides anything)."""
-    asked = scrubber.scrub(chat.require_text(user, "user"), private=True)
-    said = scrubber.scrub(chat.require_text(assistant, "assistant"))
-    parts = [Part("User", asked.text), Part("Assistant", said.text)]
-    return parts, transcript.parts_block(parts, index_chars), asked.kinds + said.kinds
+    asked, said, kinds = scrubbing.scrub_pair(
+        scrubber, chat.require_text(user, "user"), chat.require_text(assistant, "assistant")
+    )
+    parts = [Part("User", asked), Part("Assistant", said)]
+    return parts, transcript.parts_block(parts, index_chars), kinds
 
 
 def _prepare(

@@ -15,6 +15,7 @@ error that names the field.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from memd.redaction import Scrubbed, Scrubber
@@ -38,9 +39,12 @@ def scrub_chat(
     return out[:-1], out[-1], counts
 
 
-def redacted_in(counts: list[Scrubbed | None], first: int) -> int:
-    """What was replaced in the messages from index `first` on (those a call writes)."""
-    return sum(c.count for c in counts[first:] if c is not None)
+def scrub_pair(scrubber: Scrubber, user: str, assistant: str) -> tuple[str, str, Counter[str]]:
+    """An exchange's two texts scrubbed (`<private>` spans from the user's), and what was
+    replaced by kind: for record_exchange and every other method that takes one pair."""
+    asked = scrubber.scrub(user, private=True)
+    said = scrubber.scrub(assistant)
+    return asked.text, said.text, asked.kinds + said.kinds
 
 
 def _message(scrubber: Scrubber, raw: Any) -> tuple[Any, Scrubbed | None]:

@@ -2,7 +2,8 @@
 
 A generated corpus of real-shaped secrets (tests/secret_corpus.py) embedded in prose,
 code blocks, JSON and URLs is recorded over the socket by an `mcp_via_llm` client and a
-`both` client (in messages, replies and tool-call arguments). Then no file under the
+`both` client (in messages, replies and tool-call arguments), and imported with `memd
+import`. Then no file under the
 memory folder (transcripts, `.memd/` databases and their `-wal`, the index's files) nor
 memd's log holds any of them; recall and export show the markers; the result and
 `daemon.status` count them; and a `both` request that resends the original text with its
@@ -11,6 +12,9 @@ secrets is still recognised as the same conversation.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +70,8 @@ def chat_call(messages: list[dict[str, Any]], response: dict[str, Any]) -> dict[
 def test_secrets_recorded_over_the_socket_never_reach_the_disk(
     tmp_path: Path, config_file, daemon_factory
 ) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS))
+    cfg = config_file(clients=CLIENTS)
+    memd = daemon_factory(cfg)
     corpus = secrets(seed=3)
     values = [value for _kind, value, _written in corpus]
     total = 0
@@ -131,6 +136,39 @@ def test_secrets_recorded_over_the_socket_never_reach_the_disk(
     page = memd.call("memory.export", {"client_id": "agent"})
     exported = str(page["exchanges"])
     assert "[redacted: github-token]" in exported and not any(v in exported for v in values)
+
+    # `memd import` of an export holding secrets (another app's, or an older memd's).
+    lines = [
+        {
+            "session_id": "2026-01-01T00-00-00Z-0000",
+            "conversation": 1,
+            "conversation_id": "imported",
+            "exchange": i + 1,
+            "time": f"2026-01-01T00:0{i}:00Z",
+            "user": f"imported orchard note {i}: {written}",
+            "assistant": "ok",
+        }
+        for i, (_k, _v, written) in enumerate(corpus[:5])
+    ]
+    dump = tmp_path / "export.jsonl"
+    dump.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    imported = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "import", "agent", str(dump), "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    total += 5
+    shown = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "status", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "REDACTED" in shown and f"{total:,}" in shown
 
     status = memd.call("daemon.status")["clients"]
     assert sum(status["agent"]["redacted"].values()) == total

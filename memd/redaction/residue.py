@@ -3,8 +3,9 @@
 `secure_delete` zeroes freed cells in the database file, but every commit in WAL mode
 appends whole page images to `-wal`, and those stay readable (the old title, the forgotten
 row) until the log is overwritten or truncated. `truncate_wal` checkpoints every frame
-into the database and truncates the log to zero bytes. Measured by bench/record.py: about
-a millisecond on an idle client's state database, paid only by a commit that removed text.
+into the database and truncates the log to zero bytes. It costs about one fsync of the
+database (bench/record.py: 14 ms p50 on a shared 2-core machine under load 20), so only a
+commit that removed text pays it, never an ordinary record.
 """
 
 from __future__ import annotations

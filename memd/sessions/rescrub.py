@@ -3,8 +3,8 @@
 Transcripts and summaries in `sessions/`, raw transcripts in `archive/` (and the copies
 compaction keeps aside there) are scrubbed as whole files: a secret is replaced by its
 marker wherever it stands, headings included (they carry the conversation's title).
-Titles in the state database are scrubbed too. `<private>` spans are a record-time rule
-(only user text has them, and a whole file has no roles), so they are not looked for here.
+Titles in the state database are scrubbed too. Closed `<private>` spans go as at record
+time; an unclosed one is a user-text rule, and a whole file has no roles to tell.
 
 `scan` only reads (a dry run, and the plan a confirmation shows). `rescrub` rewrites
 files atomically (memd.markdown.replace_file) in the store's IO thread, between two

@@ -54,11 +54,11 @@ class EditWatch:
         lost: list[str] = []
         for path in sorted(layout.sessions.glob("*.md")):
             old = before.get(path.name) if before is not None else None
-            seen = _look(path, old)
-            if seen is None:
+            looked = _look(path, old)
+            if looked is None:
                 continue
-            now[path.name] = seen
-            if old is not None and seen is not old and not _extends(path, old):
+            now[path.name], kept = looked
+            if old is not None and not kept:
                 lost.append(path.name)
         self._seen[layout.client_id] = now
         if before is not None:
@@ -66,7 +66,9 @@ class EditWatch:
         return lost
 
 
-def _look(path: Path, old: _Seen | None) -> _Seen | None:
+def _look(path: Path, old: _Seen | None) -> tuple[_Seen, bool] | None:
+    """The file as it is now, and whether it still starts with what `old` saw (one read:
+    the digest of the old length is taken on the way to the whole file's)."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
@@ -76,31 +78,38 @@ def _look(path: Path, old: _Seen | None) -> _Seen | None:
         old.size,
         old.mtime_ns,
     ):
-        return old
-    digest = _digest(path, st.st_size)
-    return _Seen(st.st_ino, st.st_size, st.st_mtime_ns, digest) if digest is not None else None
+        return old, True
+    at = old.size if old is not None and old.size <= st.st_size else None
+    digests = _digests(path, st.st_size, at)
+    if digests is None:
+        return None
+    whole, prefix = digests
+    kept = old is not None and prefix == old.digest
+    return _Seen(st.st_ino, st.st_size, st.st_mtime_ns, whole), kept
 
 
-def _extends(path: Path, old: _Seen) -> bool:
-    """The file still starts with what it was: memd appended, nothing was removed."""
-    return _digest(path, old.size) == old.digest
-
-
-def _digest(path: Path, size: int) -> bytes | None:
-    """blake2b of the file's first `size` bytes; None when it is gone or shorter."""
+def _digests(path: Path, size: int, at: int | None) -> tuple[bytes, bytes | None] | None:
+    """blake2b of the file's first `size` bytes, and of its first `at` (if given); None
+    when it is gone or shorter than `size` (changed under us: the next round sees it)."""
     h = hashlib.blake2b(digest_size=16)
-    left = size
+    prefix = h.digest() if at == 0 else None
+    done = 0
     try:
         with open(path, "rb") as fh:
-            while left > 0:
-                block = fh.read(min(_CHUNK, left))
+            while done < size:
+                want = min(_CHUNK, size - done)
+                if at is not None and done < at:
+                    want = min(want, at - done)
+                block = fh.read(want)
                 if not block:
                     return None
                 h.update(block)
-                left -= len(block)
+                done += len(block)
+                if at is not None and done == at:
+                    prefix = h.digest()
     except FileNotFoundError:
         return None
-    return h.digest()
+    return h.digest(), prefix
 
 
 def _moved_by_memd(layout: ClientLayout, name: str) -> bool:

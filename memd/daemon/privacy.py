@@ -69,7 +69,7 @@ class PrivacyDesk:
             files_lock = (
                 target.compactor.files_lock(client_id) if target.compactor is not None else None
             )
-            result = await sessions.redact(only, dry_run=dry_run, files_lock=files_lock)
+            result = await sessions.redact(only, dry_run, files_lock)
             result["index_rebuilt"] = False
             wanted = rebuild if rebuild is not None else bool(result["total"])
             if not dry_run and wanted and target.reindex is not None:

@@ -27,7 +27,7 @@ from memd.sessions import chat, exchange_keys, scrubbing, sealing
 from memd.sessions.book import ACTIVE, Op, SessionBook, title_of
 from memd.sessions.committer import Committer
 from memd.sessions.exchange_keys import Recorded
-from memd.sessions.store import Change, Conv, Session
+from memd.sessions.store import Change, Conv, Session, StateStore
 
 T = TypeVar("T")
 OFFLOAD_MESSAGES = 256  # hash, match and render bigger requests in a thread, off the loop
@@ -53,6 +53,7 @@ class Recording:
     _clock: Callable[[], float]
     scrubber: Scrubber
     _seal_key: bytes
+    _disk: StateStore
 
     async def _wait_ready(self) -> None:
         raise NotImplementedError
@@ -151,6 +152,10 @@ class Recording:
             "redacted": sum(op.redacted.values()),
         }
         return _then(self._enqueue(op), result)
+
+    def redaction_counts(self) -> dict[str, int]:
+        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
+        return dict(self._disk.redacted)
 
     def _recorded(self, conversation_id: str, key: str) -> Recorded | None:
         """What the first call with this key recorded (maybe not on disk yet), or None."""

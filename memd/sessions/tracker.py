@@ -95,9 +95,7 @@ class ClientSessions(Recording):
         scrubber: Scrubber | None = None,
     ) -> None:
         self.layout = layout
-        # Secrets and <private> spans out of every record call (memd.sessions.scrubbing);
-        # the daemon passes the one its config builds, and a new one on reload.
-        self.scrubber = scrubber if scrubber is not None else Scrubber()
+        self.scrubber = scrubber or Scrubber()  # the daemon's, from [privacy]; set on reload
         self._seal_key = b""  # the client's hash key, read with the state
         self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
         self.client_id = layout.client_id
@@ -285,18 +283,12 @@ class ClientSessions(Recording):
         return await self._paused(erase, self._disk, cuts, files_lock)
 
     async def redact(
-        self,
-        only: Sequence[str] | None = None,
-        *,
-        dry_run: bool = False,
-        files_lock: threading.Lock | None = None,
+        self, only: Sequence[str] | None, dry_run: bool, files_lock: threading.Lock | None
     ) -> dict[str, Any]:
-        """`memd redact`: the current rules applied to stored files (memd.sessions.rescrub);
-        a dry run only reads, a real one pauses record calls like `erase`."""
+        """`memd redact` (memd.sessions.rescrub): a real one pauses records like `erase`."""
         if dry_run:
-            found = await asyncio.to_thread(rescrub.scan, self.layout, self.scrubber, only)
-        else:
-            found = await self._paused(rescrub.rescrub, self._disk, self.scrubber, only, files_lock)
+            return (await asyncio.to_thread(rescrub.scan, self.layout, self.scrubber, only)).row()
+        found = await self._paused(rescrub.rescrub, self._disk, self.scrubber, only, files_lock)
         return found.row()
 
     async def resync(self) -> None:
@@ -314,10 +306,6 @@ class ClientSessions(Recording):
             finally:
                 await self._committer.io(self._disk.close)
                 await self._reload()
-
-    def redaction_counts(self) -> dict[str, int]:
-        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
-        return dict(self._disk.redacted)
 
     def active_session(self) -> dict[str, Any] | None:
         """The current session (where new conversations go), or None."""

@@ -72,3 +72,10 @@ def test_false_positive_rate_on_lookalikes_is_reported_and_bounded(
     with capsys.disabled():
         print(f"\nredaction false positives: {len(hit)}/{len(texts)} = {rate:.1%}")
     assert rate <= FALSE_POSITIVE_BOUND, hit[:5]
+
+
+def test_an_unterminated_private_key_takes_its_base64_lines_not_the_prose_after() -> None:
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\nVJTUt9Us8cKjMzEfYyjiWA4R4"
+    text = f"-----BEGIN PRIVATE KEY-----\n{body}\n\nThanks for the help with this"
+    out = Scrubber().scrub(text)
+    assert out.text == f"{marker('private-key')}\n\nThanks for the help with this"

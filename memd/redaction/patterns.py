@@ -100,7 +100,7 @@ BUILTIN: tuple[Rule, ...] = (
         re.compile(
             r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----"
             r"(?:[\s\S]{0,40000}?-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----"
-            r"|[A-Za-z0-9+/=\s\\:-]*)"
+            r"|(?:(?:\s|\\n)*[A-Za-z0-9+/=]{16,})*)"  # unterminated: its base64 lines only
         ),
         ("-----BEGIN ",),
     ),

@@ -57,10 +57,10 @@ class Scrubber:
         allow: Iterable[str] = (),
     ) -> None:
         allowed = set(allow)
-        unknown = allowed - set(KINDS) - set(dict(patterns))
+        pairs = list(patterns.items() if isinstance(patterns, Mapping) else patterns)
+        unknown = allowed - set(KINDS) - {kind for kind, _ in pairs}
         if unknown:
             raise ValueError(f"unknown kinds in allow: {', '.join(sorted(unknown))}")
-        pairs = patterns.items() if isinstance(patterns, Mapping) else patterns
         user = tuple(Rule(kind, re.compile(regex), boundary=False) for kind, regex in pairs)
         rules = (*BUILTIN, *user) if enabled else ()
         self.enabled = enabled

@@ -90,7 +90,7 @@ def test_without_exchange_id_nothing_changes_but_the_duplicate_flag(tmp_path: Pa
             one = await cs.record_exchange("mcp", "same", "same")
             two = await cs.record_exchange("mcp", "same", "same")
             none = await cs.record_exchange("mcp", "same", "same", exchange_id=None)
-        assert set(one) == {"session_id", "conversation", "path", "duplicate"}
+        assert set(one) == {"session_id", "conversation", "path", "duplicate", "redacted"}
         assert one["duplicate"] is two["duplicate"] is none["duplicate"] is False
         assert users(one["path"]) == ["same"] * 3
 

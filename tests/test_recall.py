@@ -146,6 +146,7 @@ def test_tool_definition_is_valid_json_schema_and_matches_the_parser() -> None:
     text = rc.instructions("Recall2")
     assert "Recall2" in text and "after" in text and "before" in text
     assert rc.NO_RESULTS in text
+    assert "[redacted: <kind>]" in text and "[private]" in text  # markers explained (#26)
 
 
 # -- labels, expand, isolation ---------------------------------------------------------------

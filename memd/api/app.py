@@ -43,6 +43,10 @@ class Services(Protocol):
 
     async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]: ...
 
+    async def redact(
+        self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None
+    ) -> dict[str, Any]: ...
+
     async def export(
         self,
         client_id: str,

@@ -41,6 +41,17 @@ def register(registry: Registry, app: App) -> None:
         )
         return await app.runtime.forget(client_id, selector)
 
+    @registry.method("memory.redact")
+    async def memory_redact(params: JsonParams) -> dict[str, Any]:
+        with Params(params) as p:
+            client_id = p.require("client_id", str)
+            dry_run = p.optional("dry_run", bool, False)
+            files = p.optional("files", list)
+            rebuild = p.optional("rebuild", bool)
+        if files is not None and not all(isinstance(f, str) for f in files):
+            raise InvalidParams("files must be a list of file names", data={"param": "files"})
+        return await app.runtime.redact(client_id, files, dry_run, rebuild)
+
     @registry.method("memory.export")
     async def memory_export(params: JsonParams) -> dict[str, Any]:
         with Params(params) as p:

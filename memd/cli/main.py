@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from memd import __version__
-from memd.cli import folders, init, privacy, recall, record, service, sessions, status
+from memd.cli import folders, init, privacy, recall, record, redact, service, sessions, status
 from memd.cli import hooks as hooks_cli
 from memd.cli import imports as imports_cli
 from memd.cli.client import ClientError, RemoteError
@@ -50,7 +50,7 @@ __all__ = [
 
 # In the order `memd --help` lists them.
 COMMANDS: tuple[ModuleType, ...] = (init, status, record, sessions, recall, privacy)
-COMMANDS += (imports_cli, hooks_cli, folders, service, proxy_cli)
+COMMANDS += (redact, imports_cli, hooks_cli, folders, service, proxy_cli)
 
 EPILOG = """\
 examples:

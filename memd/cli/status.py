@@ -93,7 +93,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = [status_row(cid, c) for cid, c in status["clients"].items()]
     print()
     print(
-        table(["CLIENT", "MODE", "MEMORY", "WATCHER", "INDEX", "SESSION", "COMPACTION"], rows)
+        table(
+            ["CLIENT", "MODE", "MEMORY", "WATCHER", "INDEX", "SESSION", "COMPACTION", "REDACTED"],
+            rows,
+        )
         if rows
         else "no clients configured"
     )
@@ -126,7 +129,16 @@ def status_row(client_id: str, c: dict[str, Any]) -> list[str]:
         child("index_server"),
         session,
         compaction_word(c.get("compaction") or {}),
+        redacted_word(c),
     ]
+
+
+def redacted_word(c: dict[str, Any]) -> str:
+    """Secrets redacted on record so far (counts only; `--json` has them by kind), and
+    whether an index rebuild that drops removed text is under way."""
+    counts = c.get("redacted")
+    text = f"{sum(counts.values()):,}" if counts is not None else "-"
+    return text + (" (index rebuilding)" if c.get("index_rebuilding") else "")
 
 
 def compaction_line(comp: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from memd.compaction.files import FileGuard
 from memd.compaction.usage import Ledger, Usage, add_row, load_rows
 from memd.layout import ClientLayout
 from memd.markdown import iso
+from memd.redaction import truncate_wal
 
 log = structlog.get_logger()
 
@@ -124,6 +125,9 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a lost last commit only means a compaction runs again, and that converges.
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # A forgotten session's row (its last error may quote an LLM's answer) leaves no
+        # freed cell behind, and `delete` empties the WAL (memd.redaction.residue).
+        self.db.execute("PRAGMA secure_delete=ON")
         self.db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
@@ -143,6 +147,7 @@ class Store:
     def delete(self, session_id: str) -> None:
         with self._lock:
             self.db.execute("DELETE FROM compaction WHERE session_id = ?", (session_id,))
+            truncate_wal(self.db, what=STATE_FILE)
 
     def usage_rows(self) -> dict[tuple[str, str], Usage]:
         """The token usage rows kept in the same file (see memd.compaction.usage)."""

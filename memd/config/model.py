@@ -145,6 +145,21 @@ class RecallConfig:
 
 
 @dataclass(frozen=True)
+class PrivacyConfig:
+    """Secret scrubbing on record (memd.redaction, docs/security.md). `redact_secrets`:
+    recognised credentials become `[redacted: <kind>]` before anything is written;
+    `<private>` spans are dropped either way. `allow`: built-in kinds not to redact.
+    `patterns`: the user's own, each `{ kind = "employee-id", regex = "EMP-[0-9]{6}" }`."""
+
+    redact_secrets: bool = True
+    allow: tuple[str, ...] = ()
+    patterns: tuple[Mapping[str, str], ...] = ()
+
+    def pattern_pairs(self) -> list[tuple[str, str]]:
+        return [(p["kind"], p["regex"]) for p in self.patterns]
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     memory_enabled: bool | None = None  # None: unset, which means disabled
     mode: str = "both"
@@ -177,6 +192,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     recall: RecallConfig = field(default_factory=RecallConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     clients: Mapping[str, ClientConfig] = field(default_factory=lambda: MappingProxyType({}))
     source: Path | None = None
 

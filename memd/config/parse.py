@@ -29,6 +29,7 @@ from memd.config.model import (
     EmbeddingConfig,
     LimitsConfig,
     MilvusConfig,
+    PrivacyConfig,
     ProxyConfig,
     RecallConfig,
     SupervisionConfig,
@@ -43,6 +44,7 @@ TABLES: dict[str, type] = {
     "limits": LimitsConfig,
     "supervision": SupervisionConfig,
     "recall": RecallConfig,
+    "privacy": PrivacyConfig,
 }
 # Keys whose value may be `env:VAR`, read from the environment so secrets stay out of files.
 SECRETS = ("api_key", "token", "upstream_api_key", "anthropic_api_key")
@@ -142,6 +144,10 @@ class Parser:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise self.fail(name, f"must be a number, got {_type_name(value)}")
             return float(value)
+        if kind is tuple:  # an array (its items are checked by the table's rule)
+            if not isinstance(value, list):
+                raise self.fail(name, f"must be an array, got {_type_name(value)}")
+            return tuple(value)
         if kind is int and isinstance(value, bool):
             raise self.fail(name, "must be an integer, got boolean")
         if not isinstance(value, kind):

@@ -19,6 +19,7 @@ from memd.config.model import (
     CompactionConfig,
     EmbeddingConfig,
     LimitsConfig,
+    PrivacyConfig,
     ProxyConfig,
     RecallConfig,
     parse_listen,
@@ -128,6 +129,33 @@ def _limits(parser: Parser, _data: Mapping[str, Any], limits: LimitsConfig) -> N
         raise parser.fail("limits.index_exchange_kib", "must be 0 (no bound) or more")
 
 
+_KIND_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}\Z")
+
+
+def _privacy(parser: Parser, _data: Mapping[str, Any], priv: PrivacyConfig) -> None:
+    from memd.redaction import KINDS  # the built-in kinds users may allow
+
+    own: set[str] = set()
+    for i, item in enumerate(priv.patterns):
+        key = f"privacy.patterns[{i}]"
+        if not isinstance(item, dict) or set(item) != {"kind", "regex"}:
+            raise parser.fail(key, 'must be a table { kind = "name", regex = "..." }')
+        kind, regex = item["kind"], item["regex"]
+        if not isinstance(kind, str) or not _KIND_RE.match(kind) or kind in KINDS:
+            raise parser.fail(f"{key}.kind", "must be a new lowercase name of a-z 0-9 -")
+        try:
+            compiled = re.compile(regex) if isinstance(regex, str) else None
+        except re.error as exc:
+            raise parser.fail(f"{key}.regex", f"is not a valid regex: {exc}") from None
+        if compiled is None or compiled.match(""):
+            raise parser.fail(f"{key}.regex", "must be a regex that matches some text, not none")
+        own.add(kind)
+    for i, kind in enumerate(priv.allow):
+        if kind not in KINDS and kind not in own:
+            known = ", ".join(KINDS)
+            raise parser.fail(f"privacy.allow[{i}]", f"{kind!r} is not a kind ({known})")
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -143,4 +171,5 @@ _RULES: dict[str, Callable[[Parser, Mapping[str, Any], Any], None]] = {
     "compaction": _compaction,
     "proxy": _proxy,
     "limits": _limits,
+    "privacy": _privacy,
 }

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from memd import indexing
 from memd.access import check_client_id
+from memd.config import Config
 from memd.errors import UnknownClient
 from memd.layout import ClientLayout
 from memd.privacy import Plan, Selector, Target, export_page, forget, plan
 from memd.privacy.export import Cursor
 from memd.recall import recall
+from memd.redaction import Scrubber
 from memd.sessions import ClientSessions
 
 if TYPE_CHECKING:
@@ -47,7 +49,34 @@ class PrivacyDesk:
             }
         lock = self._locks.setdefault(client_id, asyncio.Lock())
         async with lock, self._target(client_id) as target:
-            return await forget(target, selector)
+            result = await forget(target, selector)
+            await self.runtime.rebaseline(target.layout)
+            return result
+
+    async def redact(
+        self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None
+    ) -> dict[str, Any]:
+        """`memd redact` (memd.sessions.rescrub): a dry run reads only; a real one rewrites
+        what the rules change, then rebuilds the index from the markdown, so no row of the
+        old text is left in `.memsearch/`, before it returns (`rebuild`: always or never;
+        None: when something changed; the CLI's batches rebuild once, at the last)."""
+        if self._no_folder(client_id):
+            return {"files": [], "titles": 0, "total": 0, "index_rebuilt": False}
+        lock = self._locks.setdefault(client_id, asyncio.Lock())
+        async with lock, self._target(client_id) as target:
+            sessions = target.sessions
+            sessions.scrubber = scrubber_of(self.runtime.config)
+            files_lock = (
+                target.compactor.files_lock(client_id) if target.compactor is not None else None
+            )
+            result = await sessions.redact(only, dry_run, files_lock)
+            result["index_rebuilt"] = False
+            wanted = rebuild if rebuild is not None else bool(result["total"])
+            if not dry_run and wanted and target.reindex is not None:
+                await target.reindex()
+                await self.runtime.rebaseline(target.layout)
+                result["index_rebuilt"] = True
+            return result
 
     async def export(
         self,
@@ -187,3 +216,9 @@ async def _wipe_index(config: Any, layout: ClientLayout) -> None:
     if target.local and not Path(layout.memsearch_dir).is_dir():
         return
     await asyncio.to_thread(indexing.rebuild, layout, target)
+
+
+def scrubber_of(config: Config) -> Scrubber:
+    """The record path's scrubber as `[privacy]` says (the loader checked the patterns)."""
+    priv = config.privacy
+    return Scrubber(enabled=priv.redact_secrets, patterns=priv.pattern_pairs(), allow=priv.allow)

@@ -19,7 +19,8 @@ import structlog
 from memd.access import memory_client
 from memd.compaction import Compactor
 from memd.config import Config
-from memd.daemon.privacy import PrivacyDesk
+from memd.daemon.edits import EditWatch
+from memd.daemon.privacy import PrivacyDesk, scrubber_of
 from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
@@ -65,10 +66,18 @@ class Runtime:
         self._started = False
         self._errors: dict[str, str] = {}  # enabled clients that could not be opened
         self.privacy = PrivacyDesk(self)
+        self.edits = EditWatch()  # text a person removed from sessions/ (memd.daemon.edits)
+        self._rebuilds: dict[str, asyncio.Task[None]] = {}
 
     async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
         """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
         return await self.privacy.forget(client_id, selector)
+
+    async def redact(
+        self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None
+    ) -> dict[str, Any]:
+        """memory.redact: the current rules applied to what is stored (memd.daemon.privacy)."""
+        return await self.privacy.redact(client_id, only, dry_run, rebuild)
 
     async def export(
         self,
@@ -145,6 +154,7 @@ class Runtime:
                         new.max_session_minutes,
                         new.limits.index_exchange_chars,
                     )
+                    runtime.sessions.scrubber = scrubber_of(new)
             await self.pipelines.apply(new)
             self._applied.set()
 
@@ -160,8 +170,10 @@ class Runtime:
             clock=self.clock,
             on_end=[self.compactor.on_end_hook(layout)],
             on_restore=[self._restore_hook(layout)],
+            scrubber=scrubber_of(config),
         )
         await sessions.open()
+        await self.rebaseline(layout)
         if config.compaction.enabled:
             # An end whose hook was lost to a crash is still "ended": queue it again.
             for info in await sessions.list_sessions():
@@ -184,10 +196,41 @@ class Runtime:
             await runtime.sessions.mark_compacted(session_id)
 
     async def monitor(self) -> None:
-        """End sessions on time; the interval is re-read each round so edits apply."""
+        """End sessions on time, and drop text a person removed from the index; the
+        interval is re-read each round so edits apply."""
         while True:
             await asyncio.sleep(self.config.monitor_interval_seconds)
             await self.expire_all()
+            await self.check_edits()
+
+    async def check_edits(self) -> None:
+        """Rebuild the index of each client whose transcripts lost text (memd.daemon.edits);
+        a rebuild runs in the background, one per client at a time."""
+        for client_id, runtime in list(self.clients.items()):
+            if client_id in self._rebuilds:
+                continue
+            try:
+                lost = await asyncio.to_thread(self.edits.removed, runtime.layout)
+            except OSError:
+                log.exception("edits.check_failed", client=client_id)
+                continue
+            if lost:
+                log.info("index.rebuild_after_edit", client=client_id, files=len(lost))
+                task = asyncio.create_task(self._rebuild(client_id))
+                self._rebuilds[client_id] = task
+
+    async def _rebuild(self, client_id: str) -> None:
+        try:
+            await self.pipelines.rebuild(client_id)
+        except Exception:
+            log.exception("index.rebuild_failed", client=client_id)
+        finally:
+            self._rebuilds.pop(client_id, None)
+
+    async def rebaseline(self, layout: ClientLayout) -> None:
+        """memd rewrote this client's files itself (forget, redact) and rebuilt its index:
+        what the files are now is the new baseline, not an edit."""
+        await asyncio.to_thread(self.edits.removed, layout)
 
     async def expire_all(self) -> list[dict[str, Any]]:
         ended: list[dict[str, Any]] = []
@@ -207,6 +250,8 @@ class Runtime:
             "active_session": runtime.sessions.active_session(),
             "active_sessions": runtime.sessions.active_sessions(),
             "compaction": self.compactor.client_status(client_id),
+            "redacted": runtime.sessions.redaction_counts(),
+            "index_rebuilding": client_id in self._rebuilds,
             **self.pipelines.status(client_id),
         }
 
@@ -258,6 +303,8 @@ class Runtime:
         return results
 
     async def close(self) -> None:
+        for task in list(self._rebuilds.values()):
+            task.cancel()
         await self.compactor.close()
         await self.pipelines.close()
         async with self._lock:

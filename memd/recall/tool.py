@@ -140,7 +140,10 @@ def instructions(name: str) -> str:
         "offset is given) or to a time before now such as 30m, 6h, 2d or 1w: 'yesterday' is "
         "after=<yesterday's date>, before=<today's date>; 'in the last two hours' is "
         "after=2h. Time filters match single exchanges; summaries carry no exchange times and "
-        "are left out of filtered searches."
+        "are left out of filtered searches. Secrets were never stored: a credential (API "
+        "key, token, password, private key) shows as [redacted: <kind>] and text the user "
+        "marked <private>...</private> as [private]; the value is not in memory, so ask the "
+        "user for it again rather than guessing it."
     )
 
 

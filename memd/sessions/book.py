@@ -14,6 +14,7 @@ conversations.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -44,6 +45,7 @@ class Op:
     keys: list[KeyRow] = field(default_factory=list)
     events: list[SessionEvent] = field(default_factory=list)
     reopen: str | None = None
+    redacted: Counter[str] = field(default_factory=Counter)  # by kind, in `text`
 
     def ended(self) -> list[SessionInfo]:
         return [e.info for e in self.events if e.kind == "end"]
@@ -207,6 +209,7 @@ class SessionBook:
             nodes=op.nodes,
             keys=op.keys,
             reopen=op.reopen,
+            redacted=op.redacted,
         )
         if op.text and op.session is not None:
             s = op.session

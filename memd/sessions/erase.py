@@ -98,7 +98,7 @@ def _erase_session(store: StateStore, sid: str, keys: set[Key]) -> Erased:
         text = _read(path)
         if text is None:
             continue
-        for conv, number, digest in _digests(text, keys):
+        for conv, number, digest in _digests(text, keys, store.seal_key):
             cut.add((conv, number))
             digests.add((conv, digest))
         new, n = remove_exchanges(text, keys)
@@ -165,7 +165,7 @@ def _erase_rows(
                 db.execute(f"DELETE FROM {table} WHERE conv = ?", (key,))
 
 
-def _digests(text: str, keys: set[Key]) -> list[tuple[int, int, bytes]]:
+def _digests(text: str, keys: set[Key], key: bytes) -> list[tuple[int, int, bytes]]:
     """(conversation, exchange, record_exchange digest) of the exchanges to be cut."""
     out: list[tuple[int, int, bytes]] = []
     for conv in parse_transcript(text).conversations:
@@ -173,7 +173,7 @@ def _digests(text: str, keys: set[Key]) -> list[tuple[int, int, bytes]]:
             if (conv.number, ex.number) in keys:
                 user = next((p.text for p in ex.parts if p.label == "User"), "")
                 reply = next((p.text for p in ex.parts if p.label == "Assistant"), "")
-                out.append((conv.number, ex.number, exchange_keys.digest(user, reply)))
+                out.append((conv.number, ex.number, exchange_keys.digest(user, reply, key)))
     return out
 
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from memd.errors import ExchangeConflict
 from memd.layout import ClientLayout
+from memd.sessions import sealing
 from memd.sessions.chat import InvalidRecord
 
 MAX_EXCHANGE_ID = 256
@@ -65,14 +66,15 @@ def check_exchange_id(value: Any) -> str | None:
     return value
 
 
-def digest(user: str, assistant: str) -> bytes:
-    """16 bytes naming the pair; each half length-prefixed, so no split of it collides."""
+def digest(user: str, assistant: str, key: bytes) -> bytes:
+    """16 bytes naming the pair; each half length-prefixed, so no split of it collides;
+    sealed with the client's key (memd.sessions.sealing), as it is stored."""
     h = hashlib.blake2b(digest_size=16)
     for text in (user, assistant):
         data = text.encode("utf-8")
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
-    return h.digest()
+    return sealing.seal(key, h.digest())
 
 
 class KeyStore(Protocol):
@@ -158,4 +160,5 @@ def replay(
         "conversation": seen.number,
         "path": str(layout.session_file(seen.session_id)),
         "duplicate": True,
+        "redacted": 0,
     }

@@ -16,6 +16,7 @@ whose conversation and number are already in it is a duplicate too.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +25,8 @@ from typing import Any, TypeVar
 from memd.errors import ExchangeConflict, InvalidParams
 from memd.layout import ClientLayout
 from memd.markdown import SESSION_ID_RE, Part, read_transcript, transcript
-from memd.sessions import chat, exchange_keys
+from memd.redaction import Scrubber
+from memd.sessions import chat, exchange_keys, scrubbing
 from memd.sessions.book import COMPACTED, ENDED, Op, SessionBook, title_of
 from memd.sessions.store import Session
 
@@ -39,6 +41,8 @@ class Importing:
     _book: SessionBook
     _deciding: Any  # asyncio.Lock
     _index_chars: int | None
+    scrubber: Scrubber
+    _seal_key: bytes
     _seen: tuple[str, Coordinates] | None = None  # one session's coordinates, read last
 
     async def _wait_ready(self) -> None:
@@ -63,7 +67,9 @@ class Importing:
         chat.check_conversation_id(conversation_id)
         if session_id is not None and not SESSION_ID_RE.match(session_id):
             raise InvalidParams("session_id is not a memd session id", data={"param": "session_id"})
-        items = [_item(raw, i) for i, raw in enumerate(exchanges)]
+        items = [_item(raw, i, self.scrubber, self._seal_key) for i, raw in enumerate(exchanges)]
+        if title is not None:  # scrubbed like the texts: a title is stored and shown too
+            title = self.scrubber.scrub(title, private=True).text
         present = [await self._present(session_id, item.origin) for item in items]
         pending: list[Awaitable[None]] = []
         results: list[dict[str, Any]] = []
@@ -169,6 +175,7 @@ class Importing:
             conv.exchanges, when, item.parts, title=conv.title or "", index_chars=self._index_chars
         )
         op.keys.append(book.keys.add(conv.key, item.key, item.digest, sess.session_id, conv.number))
+        op.redacted.update(item.redacted)
         if sess.state == ENDED and sess.end_reason == "imported":
             sess.ended = max(sess.ended or stamp, stamp)
         book.append(op, sess, conv, stamp, header + block)
@@ -179,6 +186,7 @@ class Importing:
             "conversation": conv.number,
             "path": str(self.layout.session_file(sess.session_id)),
             "duplicate": False,
+            "redacted": sum(item.redacted.values()),
         }
 
 
@@ -191,11 +199,13 @@ class _Item:
     parts: list[Part]
     digest: bytes
     origin: tuple[int, int] | None
+    redacted: Counter[str]
 
 
-def _item(raw: Any, i: int) -> _Item:
+def _item(raw: Any, i: int, scrubber: Scrubber, seal_key: bytes) -> _Item:
     """exchanges[i] checked: user, assistant, timestamp, exchange_id; conversation and
-    exchange (its numbers in the source session) optional."""
+    exchange (its numbers in the source session) optional. Scrubbed (memd.sessions.
+    scrubbing) before anything is hashed or written, as record_exchange is."""
     at = f"exchanges[{i}]"
     if not isinstance(raw, dict):
         raise InvalidParams(f"{at} must be an object", data={"param": at})
@@ -212,13 +222,16 @@ def _item(raw: Any, i: int) -> _Item:
         if value is None:
             raise InvalidParams(f"{at}.{name} is required", data={"param": f"{at}.{name}"})
     assert key is not None and when is not None
-    parts = [
-        Part("User", chat.require_text(raw.get("user"), f"{at}.user")),
-        Part("Assistant", chat.require_text(raw.get("assistant"), f"{at}.assistant")),
-    ]
+    asked, said, kinds = scrubbing.scrub_pair(
+        scrubber,
+        chat.require_text(raw.get("user"), f"{at}.user"),
+        chat.require_text(raw.get("assistant"), f"{at}.assistant"),
+    )
+    parts = [Part("User", asked), Part("Assistant", said)]
     numbers = (raw.get("conversation"), raw.get("exchange"))
     origin = numbers if all(isinstance(n, int) and n > 0 for n in numbers) else None
-    return _Item(key, when, parts, exchange_keys.digest(parts[0].text, parts[1].text), origin)  # type: ignore[arg-type]
+    digest = exchange_keys.digest(asked, said, seal_key)
+    return _Item(key, when, parts, digest, origin, kinds)  # type: ignore[arg-type]
 
 
 def _coordinates(layout: ClientLayout, session_id: str) -> Coordinates:

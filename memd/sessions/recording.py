@@ -14,6 +14,7 @@ for 12-24 s. A failed write voids the state while such a step runs: the step not
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -21,11 +22,12 @@ from typing import Any, TypeVar
 
 from memd.layout import ClientLayout
 from memd.markdown import Part, transcript
-from memd.sessions import chat, exchange_keys
+from memd.redaction import Scrubbed, Scrubber
+from memd.sessions import chat, exchange_keys, scrubbing, sealing
 from memd.sessions.book import ACTIVE, Op, SessionBook, title_of
 from memd.sessions.committer import Committer
 from memd.sessions.exchange_keys import Recorded
-from memd.sessions.store import Change, Conv, Session
+from memd.sessions.store import Change, Conv, Session, StateStore
 
 T = TypeVar("T")
 OFFLOAD_MESSAGES = 256  # hash, match and render bigger requests in a thread, off the loop
@@ -49,6 +51,9 @@ class Recording:
     _hashing: ThreadPoolExecutor | None
     _index_chars: int | None
     _clock: Callable[[], float]
+    scrubber: Scrubber
+    _seal_key: bytes
+    _disk: StateStore
 
     async def _wait_ready(self) -> None:
         raise NotImplementedError
@@ -75,9 +80,15 @@ class Recording:
         key = exchange_keys.check_exchange_id(exchange_id)
         big = isinstance(user, str) and isinstance(assistant, str)
         big = big and len(user) + len(assistant) > OFFLOAD_CHARS
-        parts, body = await self._cpu(big, _exchange_parts, user, assistant, self._index_chars)
+        parts, body, redacted = await self._cpu(
+            big, _exchange_parts, self.scrubber, user, assistant, self._index_chars
+        )
         when = chat.parse_timestamp(timestamp)
-        digest = exchange_keys.digest(parts[0].text, parts[1].text) if key is not None else b""
+        digest = (
+            exchange_keys.digest(parts[0].text, parts[1].text, self._seal_key)
+            if key is not None
+            else b""
+        )
         while True:
             async with self._deciding:
                 await self._wait_ready()
@@ -89,6 +100,7 @@ class Recording:
                     now, op = self._clock(), Op()
                     sess = book.target(conv, now, op)
                     if sess is not None:
+                        op.redacted.update(redacted)
                         pending = self._write_exchange(
                             op, sess, conv, conversation_id, key, digest, parts, body, when, now
                         )
@@ -137,8 +149,13 @@ class Recording:
             "conversation": conv.number,
             "path": str(self.layout.session_file(sess.session_id)),
             "duplicate": False,
+            "redacted": sum(op.redacted.values()),
         }
         return _then(self._enqueue(op), result)
+
+    def redaction_counts(self) -> dict[str, int]:
+        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
+        return dict(self._disk.redacted)
 
     def _recorded(self, conversation_id: str, key: str) -> Recorded | None:
         """What the first call with this key recorded (maybe not on disk yet), or None."""
@@ -155,13 +172,19 @@ class Recording:
         when = chat.parse_timestamp(timestamp)
         base = chat.parse_after(after)
         many = isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES
-        msgs, resp, hashes, size = await self._cpu(many, _prepare, messages, response, base)
+        msgs, resp, hashes, size, seen, head = await self._cpu(
+            many, _prepare, self.scrubber, self._seal_key, messages, response, base
+        )
+        key = self._seal_key
+        sealed_base = sealing.seal(key, sealing.unmask(key, base)) if base is not None else None
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
             async with self._deciding:
                 await self._wait_ready()
                 try:
-                    pending = await self._decide_chat(msgs, resp, hashes, when, big, base)
+                    pending = await self._decide_chat(
+                        msgs, resp, hashes, when, big, (sealed_base, head, seen)
+                    )
                 except _Stale:
                     continue
             if isinstance(pending, Conv):
@@ -176,11 +199,13 @@ class Recording:
         hashes: list[bytes],
         when: datetime | None,
         big: bool,
-        base: bytes | None = None,
+        at: tuple[bytes | None, bytes, list[Scrubbed | None]],
     ) -> Awaitable[dict[str, Any]] | Conv:
         """Decide and queue one chat call (under the decision lock): its answer to await,
-        or the conversation whose session must be reopened first."""
+        or the conversation whose session must be reopened first. `at`: the sealed hash the
+        call chains on from (`after`), the masked head to answer, what was redacted."""
         book, generation = self._book, self._generation
+        base, head, seen = at
         k, kind, key, ref = await self._cpu_fresh(
             generation, big, book.index.classify, msgs, hashes, base
         )
@@ -188,7 +213,7 @@ class Recording:
         conv = book.convs[key] if key is not None else None
         if kind == "duplicate":
             assert conv is not None
-            return self._duplicate(conv, now, op, hashes[-1])
+            return self._duplicate(conv, now, op, head)
         sess = book.target(conv, now, op)
         if sess is None:
             assert conv is not None
@@ -215,8 +240,13 @@ class Recording:
             self._index_chars,
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
+        for outcome in seen[k:]:  # what this call writes: the new messages and the reply
+            if outcome is not None:
+                op.redacted.update(outcome.kinds)
         book.append(op, sess, conv, now, header + text)
-        return _then(self._enqueue(op), self._chat_result(conv, kind, len(new), hashes[-1]))
+        result = self._chat_result(conv, kind, len(new), head)
+        result["redacted"] = sum(op.redacted.values())
+        return _then(self._enqueue(op), result)
 
     def _duplicate(self, conv: Conv, now: float, op: Op, head: bytes) -> Awaitable[dict[str, Any]]:
         """A retried call: nothing is written; it only counts as activity of a live session."""
@@ -235,6 +265,7 @@ class Recording:
             "match": kind,
             "path": str(self.layout.session_file(sid)) if sid else "",
             "head": head.hex(),  # what a later call's `after` names to continue from here
+            "redacted": 0,
         }
 
     async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
@@ -264,22 +295,32 @@ async def _then(done: Awaitable[None], result: T) -> T:
     return result
 
 
-def _exchange_parts(user: Any, assistant: Any, index_chars: int | None) -> tuple[list[Part], str]:
-    """The exchange's two parts, checked and cleaned, and their markdown (pure: may run
-    in a thread before the call decides anything)."""
-    parts = [
-        Part("User", chat.require_text(user, "user")),
-        Part("Assistant", chat.require_text(assistant, "assistant")),
-    ]
-    return parts, transcript.parts_block(parts, index_chars)
+def _exchange_parts(
+    scrubber: Scrubber, user: Any, assistant: Any, index_chars: int | None
+) -> tuple[list[Part], str, Counter[str]]:
+    """The exchange's two parts, checked, cleaned and scrubbed, their markdown, and what
+    was redacted by kind (pure: may run in a thread before the call decides anything)."""
+    asked, said, kinds = scrubbing.scrub_pair(
+        scrubber, chat.require_text(user, "user"), chat.require_text(assistant, "assistant")
+    )
+    parts = [Part("User", asked), Part("Assistant", said)]
+    return parts, transcript.parts_block(parts, index_chars), kinds
 
 
 def _prepare(
-    messages: Any, response: Any, base: bytes | None = None
-) -> tuple[list[chat.Message], chat.Message, list[bytes], int]:
-    """chat.prepare, and the request's size in characters (what rendering it costs)."""
-    msgs, resp, hashes = chat.prepare(messages, response, base)
-    return msgs, resp, hashes, sum(len(m.key) for m in msgs) + len(resp.key)
+    scrubber: Scrubber, key: bytes, messages: Any, response: Any, after: bytes | None = None
+) -> tuple[list[chat.Message], chat.Message, list[bytes], int, list[Scrubbed | None], bytes]:
+    """The call scrubbed (memd.sessions.scrubbing), then chat.prepare with hashes sealed
+    (memd.sessions.sealing), the request's size in characters (what rendering it costs),
+    what was redacted in each message, and the masked head a later `after` names.
+
+    `after` is such a head: unmasked, the chain goes on from the plain hash it hides, so
+    the hashes come out as if the whole history had been sent (memd.sessions.sealing)."""
+    messages, response, seen = scrubbing.scrub_chat(scrubber, messages, response)
+    base = sealing.unmask(key, after) if after is not None else None
+    msgs, resp, plain = chat.prepare(messages, response, base)
+    size = sum(len(m.key) for m in msgs) + len(resp.key)
+    return msgs, resp, sealing.seal_all(key, plain), size, seen, sealing.mask(key, plain[-1])
 
 
 def _render_chat(

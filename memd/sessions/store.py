@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,8 @@ import structlog
 from memd import trust
 from memd.layout import ClientLayout
 from memd.markdown import transcript
-from memd.sessions import chat
+from memd.redaction import truncate_wal
+from memd.sessions import chat, redactions, sealing
 from memd.sessions.exchange_keys import KeyRow
 from memd.sessions.states import SessionState, check_transition
 from memd.sessions.titles import Titles
@@ -157,6 +158,7 @@ class Change:
     nodes: list[chat.Node] = field(default_factory=list)
     keys: list[KeyRow] = field(default_factory=list)  # record_exchange's exchange_ids
     reopen: str | None = None  # a resumed session: its file is brought back and measured
+    redacted: Mapping[str, int] = field(default_factory=dict)  # by kind (counts only)
 
 
 @dataclass
@@ -211,6 +213,8 @@ class StateStore:
         self.reader: StateReader | None = None
         self.files: dict[str, transcript.AppendFile] = {}
         self.titles = Titles(())
+        self.seal_key = b""  # the client's hash key (memd.sessions.sealing), read by open()
+        self.redacted: dict[str, int] = {}  # secrets redacted so far, by kind
 
     def open(self) -> Loaded:
         self.layout.ensure()
@@ -237,8 +241,12 @@ class StateStore:
         # Freed cells are zeroed: a title re-derived after an edit, or a row `memory.forget`
         # removed, must not linger in a free page (issue #14).
         db.execute("PRAGMA secure_delete=ON")
-        db.executescript(_SCHEMA)
+        db.executescript(_SCHEMA + redactions.SCHEMA)
         _migrate(db)
+        self.seal_key = sealing.client_key(self.layout)
+        if sealing.seal_database(db, self.seal_key, self.layout.client_id):
+            truncate_wal(db, what=str(path))  # the plain hashes' pages
+        self.redacted = redactions.load(db)
         self.db = db
         loaded = self._load()
         self._recover(loaded, fresh)
@@ -337,6 +345,9 @@ class StateStore:
             self.titles.seen(sid, self.layout.session_file(sid))
             sizes.append((size, digest, sid))
         self._commit_state(batch, sizes, retitled)
+        self.redacted = redactions.added(self.redacted, batch)
+        if retitled and self.db is not None:  # an edit's old title must leave the WAL
+            truncate_wal(self.db, what=str(self.layout.state_dir / STATE_FILE))
         for change in batch:
             for row in change.session_rows:
                 if row[1] != "active" and row[0] in self.files:
@@ -399,6 +410,7 @@ class StateStore:
                 # plain INSERT: a key is written once; a second one would be a bug
                 db.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
             db.executemany("UPDATE conversations SET title = ? WHERE conv = ?", retitled)
+            redactions.add(db, batch)
             # in order: a reopened file's measured size first, then what was appended to it
             db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
             db.execute("COMMIT")

@@ -53,7 +53,8 @@ import structlog
 
 from memd.errors import StorageError
 from memd.layout import ClientLayout
-from memd.sessions import chat
+from memd.redaction import Scrubber
+from memd.sessions import chat, rescrub
 from memd.sessions.book import ACTIVE, Op, SessionBook
 from memd.sessions.committer import Committer, maybe_await
 from memd.sessions.erase import Erased, erase
@@ -92,8 +93,11 @@ class ClientSessions(Recording, Importing):
         on_restore: Sequence[Hook] = (),
         index_capacity: int = chat.INDEX_CAPACITY,
         index_exchange_chars: int | None = None,
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.layout = layout
+        self.scrubber = scrubber or Scrubber()  # the daemon's, from [privacy]; set on reload
+        self._seal_key = b""  # the client's hash key, read with the state
         self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
         self.client_id = layout.client_id
         self.on_end: list[Hook] = list(on_end)
@@ -279,6 +283,15 @@ class ClientSessions(Recording, Importing):
         """
         return await self._paused(erase, self._disk, cuts, files_lock)
 
+    async def redact(
+        self, only: Sequence[str] | None, dry_run: bool, files_lock: threading.Lock | None
+    ) -> dict[str, Any]:
+        """`memd redact` (memd.sessions.rescrub): a real one pauses records like `erase`."""
+        if dry_run:
+            return (await asyncio.to_thread(rescrub.scan, self.layout, self.scrubber, only)).row()
+        found = await self._paused(rescrub.rescrub, self._disk, self.scrubber, only, files_lock)
+        return found.row()
+
     async def resync(self) -> None:
         """Read the state again after files moved behind its back (a summary dropped, a
         transcript brought back from archive/): each session's state follows its file."""
@@ -339,6 +352,7 @@ class ClientSessions(Recording, Importing):
         book.inactivity, book.max_duration = self._inactivity, self._max
         book.load(loaded, self._index_capacity)
         self._book = book
+        self._seal_key = self._disk.seal_key
         self._ready.set()
 
     async def _wait_ready(self) -> None:

@@ -106,16 +106,40 @@ def test_a_conversation_header_hit_never_repeats_the_exchanges_below_it(
     assert text.count("blue flower pot") == 1 and text.count("Sunny and warm") == 1
 
 
-def test_the_title_shows_once_per_conversation(transcript: tuple[ClientLayout, Path]) -> None:
+def test_results_leave_the_repeated_conversation_title_out(
+    transcript: tuple[ClientLayout, Path],
+) -> None:
     layout, path = transcript
     hits = [
         _hit(path, "## 2026-11-01 10:00:00", 2, "ex1"),
         _hit(path, "## 2026-11-01 10:01:00", 2, "ex2"),
     ]
-    first, second = rc.collect(hits, layout, 5, follow_questions=False)
-    assert first.content.split("\n")[0].endswith(TITLE)
+    first, second = rc.collect(hits, layout, 5, follow_questions=False, neighbours=False)
+    assert first.content.split("\n")[0] == "## 2026-11-01 10:00:00 UTC · exchange 1"
+    assert f"**User:** {TITLE}" in first.content  # its own first message says it
     assert second.content.split("\n")[0] == "## 2026-11-01 10:01:00 UTC · exchange 2"
-    assert second.heading.endswith(TITLE)  # the result's heading field is unchanged
+    assert TITLE not in second.content
+    assert second.heading.endswith(TITLE)  # the result's heading field keeps it
+
+
+def test_a_neighbouring_hit_is_shown_once_inside_its_result(
+    transcript: tuple[ClientLayout, Path],
+) -> None:
+    """Top 1 is exchange 2; exchanges 1 and 3 matched too but did not make the top_k:
+    each is shown, clipped, inside the result it borders, and nothing twice."""
+    layout, path = transcript
+    hits = [
+        _hit(path, "## 2026-11-01 10:01:00", 2, "ex2"),
+        _hit(path, "## 2026-11-01 10:02:00", 2, "ex3"),
+        _hit(path, "## 2026-11-01 10:00:00", 2, "ex1"),
+        _hit(path, "## 2026-11-01 10:02:00", 2, "ex3-again"),
+    ]
+    [memory] = rc.collect(hits, layout, 1, follow_questions=False)
+    assert "**Next exchange:** **User:** I went to the locksmith yesterday" in memory.content
+    assert "**Previous exchange:** **User:** Where did I put the spare key?" in memory.content
+    assert memory.content.count("locksmith") == 1
+    alone = rc.collect(hits, layout, 1, follow_questions=False, neighbours=False)
+    assert "locksmith" not in alone[0].content and "spare key" not in alone[0].content
 
 
 def test_relative_dates_said_in_a_result_are_shown_as_dates(

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from memd.indexing import dates
 from memd.indexing.time_filter import exchange_time
 
-PERIOD_LIFT = 0.15
-WHEN_LIFT = 0.1
+PERIOD_LIFT = 0.25
+WHEN_LIFT = 0.15
 _WHEN_RE = re.compile(
     r"^\s*when\b|\bwhat (?:date|day|year|month|time)\b|\bhow long ago\b"
     r"|\bwhich (?:year|month|day)\b",

@@ -105,7 +105,10 @@ async def recall(
     hits = relevant(hits, settings.min_score, settings.drop_below)
     try:
         memories = await asyncio.wait_for(
-            asyncio.to_thread(collect, hits, layout, top_k, settings.follow_questions), timeout
+            asyncio.to_thread(
+                collect, hits, layout, top_k, settings.follow_questions, settings.neighbours
+            ),
+            timeout,
         )
     except TimeoutError:
         raise RecallTimeoutError(
@@ -190,7 +193,7 @@ def collect(
 ) -> list[Memory]:
     """Expand hits best first into at most `top_k` distinct sections of this client's files.
 
-    No two results share a line, a conversation's title shows once (memd.recall.shown).
+    No two results share a line, nor show a conversation's title (memd.recall.shown).
     With `follow_questions`, a section that ends by asking a question is followed by the
     user's next message, its likely answer (memd.recall.context), unless that exchange is
     among the results itself. With `neighbours`, a hit that did not make the top_k but is
@@ -220,7 +223,7 @@ def collect(
         content = _strip_front_matter(section.content).strip("\n")
         if not content.strip() or not shown.add(path, section.start_line, section.end_line):
             continue
-        content = shown.titled(path, hit.heading, content)
+        content = shown.untitled(hit.heading, content)
         found = (
             context.follow(content, reader.lines(path), section.end_line)
             if follow_questions

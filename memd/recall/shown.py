@@ -4,8 +4,9 @@
   is skipped, and a `# Conversation` header's hit is its own preamble (`Shown.section`),
   never the whole conversation (memsearch's expand rule went to the next `#` heading, so
   one system-prompt hit repeated every exchange the other results showed).
-- A conversation's title (every exchange heading repeats it) is shown in the first result
-  of that conversation only (`Shown.titled`); the label names the conversation anyway.
+- The conversation's title that every exchange heading repeats is not shown
+  (`Shown.untitled`): on LoCoMo it was 150 of 2,700 characters an answer, and found
+  nothing (docs/quality.md).
 - `dated` adds one line to an exchange that says relative dates ("yesterday", "last
   Saturday", "two weeks ago"): each resolved against the exchange's own time, so an LLM
   reading "I went yesterday" months later knows the day (memd.indexing.dates).
@@ -28,12 +29,10 @@ MAX_DATES = 3  # at most this many resolved dates per result
 
 
 class Shown:
-    """The line spans of the sections a recall shows, per file, and the conversation
-    titles they showed."""
+    """The line spans of the sections a recall shows, per file."""
 
     def __init__(self) -> None:
         self._spans: dict[Path, list[tuple[int, int]]] = {}
-        self._titles: set[tuple[Path, str]] = set()
 
     @staticmethod
     def section(hit: Hit, path: Path, sessions: Path, lines: Sequence[str]) -> Section:
@@ -59,15 +58,14 @@ class Shown:
         """(file, first line) of every section shown."""
         return {(p, a) for p, spans in self._spans.items() for a, _ in spans}
 
-    def titled(self, path: Path, heading: str, content: str) -> str:
-        """`content` with its heading's conversation title cut when an earlier result
-        of the same conversation showed it already."""
+    @staticmethod
+    def untitled(heading: str, content: str) -> str:
+        """`content` without the conversation title its exchange heading repeats: the
+        label names the conversation, and the conversation's first exchange holds the
+        title's words itself (the title is its first user message). The result's
+        `heading` keeps it."""
         parsed = parse_exchange_heading(heading)
         if not parsed or not parsed[3]:
-            return content
-        key = (path, parsed[3])
-        if key not in self._titles:
-            self._titles.add(key)
             return content
         first, sep, rest = content.partition("\n")
         if not first.endswith(TITLE_SEP + parsed[3]):
@@ -89,7 +87,7 @@ def dated(content: str, hit: Hit) -> str:
     return f"{content}\n\n{DATES_LABEL} {'; '.join(list(said.values())[:MAX_DATES])})"
 
 
-NEIGHBOUR_CHARS = 400  # of the neighbouring exchange's text shown inside a result
+NEIGHBOUR_CHARS = 300  # of the neighbouring exchange's text shown inside a result
 NEXT_LABEL = "**Next exchange:**"
 PREVIOUS_LABEL = "**Previous exchange:**"
 

@@ -135,8 +135,8 @@ class RecallConfig:
     or after a result is shown inside it, clipped."""
 
     bm25_weight: float = 0.7
-    min_score: float = 0.5
-    drop_below: float = 0.0
+    min_score: float = 0.05
+    drop_below: float = 0.02
     follow_questions: bool = True
     neighbours: bool = True
 

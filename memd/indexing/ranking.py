@@ -9,13 +9,16 @@ drag the strong one down) and 0.704 for this fusion at bm25_weight 0.7 (0.702 at
 0.8): never worse than the better half.
 
 Relevance: fusion scores rank well but say nothing absolute (the best hit of any query
-scores high). The relevance shown for each result is a logistic model of two things that
-do mean something across queries: the cosine similarity and the share of the query's
-terms (analyzed: stop words out, stemmed) that the result contains,
-`1 / (1 + exp(-(13.05 * cosine + 11.52 * coverage - 7.73)))`, fitted on the dev split to
-tell a result from the memory the question is about (1) from one of another person's
-memory (0). It reads as "how likely this result is about what was asked". The
-coefficients are calibrated for the bundled model; other models' cosines sit elsewhere.
+scores high). The relevance shown for each result is a logistic model of `FEATURES`: the
+cosine similarity, the share of the query's terms (analyzed: stop words out, stemmed)
+that the result's own text contains (the conversation title its heading repeats left
+out, `own_text`), its BM25 score over the query's best, and its fused score over the
+best candidate's. `bench/calibrate.py` fits the weights on LoCoMo's dev split to tell
+whether a candidate holds the evidence of the question (1) or not (0), other people's
+questions (whose evidence is in no candidate) included: it reads as "the chance that
+this exchange holds what was asked", and the share of results holding evidence in each
+score bucket follows the score (docs/quality.md). The weights are fitted for the bundled
+model; another model's cosines sit elsewhere: run bench/calibrate.py again.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from memd.markdown import parse_exchange_heading
 DEFAULT_BM25_WEIGHT = 0.7
 # What the relevance is computed from, and its weights (the last one is the bias).
 FEATURES = ("cosine", "coverage", "bm25_share", "fused_share")
-RELEVANCE = (13.05, 11.52, 0.0, 0.0, -7.73)
+RELEVANCE = (3.368, 3.992, -0.178, 4.753, -9.786)  # bench/calibrate.py, bundled model
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,13 @@ def query_when(query: str, now: datetime) -> Period | None:
 def said_dates(text: str, when: datetime) -> list[Said]:
     """Relative dates in `text` ("yesterday", "last Saturday", "two weeks ago", "next
     month"), each with the period it names, resolved against `when`."""
-    return list(_said(text.lower(), when.date()))
+    lowered = text.lower()
+    if len(lowered) > CACHED_CHARS:
+        return list(_said.__wrapped__(lowered, when.date()))
+    return list(_said(lowered, when.date()))
+
+
+CACHED_CHARS = 4096  # longer texts are not remembered (the cache holds 8,192 of them)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -136,7 +136,7 @@ class RecallConfig:
 
     bm25_weight: float = 0.7
     min_score: float = 0.05
-    drop_below: float = 0.02
+    drop_below: float = 0.005
     follow_questions: bool = True
     neighbours: bool = True
 

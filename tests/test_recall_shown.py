@@ -7,6 +7,7 @@ conversation header, as `both` mode records) and hits built as the searcher retu
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,9 +17,12 @@ from memd import recall as rc
 from memd.config import RecallConfig
 from memd.indexing import ranking
 from memd.indexing.analysis import terms
+from memd.indexing.embed_server import EmbeddingServer
 from memd.indexing.search import Hit
 from memd.layout import ClientLayout
 from memd.recall.service import relevant
+from memd.sessions.tracker import ClientSessions
+from tests.support.index import ClientIndex, client_config
 
 SESSION = "2026-11-01T10-00-00Z-ab12"
 TITLE = "Where did I put the spare key?"
@@ -179,3 +183,45 @@ def test_the_gate_shows_nothing_its_own_score_calls_irrelevant() -> None:
 
 def _scored(score: float) -> Hit:
     return Hit("c", "/x.md", "h", 2, "text", score, 1, 2)
+
+
+# -- against a real index ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_spare_key_demo_each_exchange_once_and_no_title_lift(tmp_path: Path) -> None:
+    """The new user's demo: a conversation titled by its spare-key question, then small
+    talk in the same conversation. "spare key" finds the key's exchange first, shows
+    no exchange twice, nothing at 0.00, and the small talk (whose heading repeats the
+    title) does not score as highly relevant."""
+
+    exchanges = [
+        ("keys", TITLE, "Under the blue flower pot by the back door.", "2026-11-01T10:00:00Z"),
+        ("keys", "Thanks! What's a good pasta recipe?", "Try carbonara.", "2026-11-01T10:01:00Z"),
+        ("keys", "And the weather tomorrow?", "Sunny and warm.", "2026-11-01T10:02:00Z"),
+        ("other", "My bike lock code is 4711.", "Noted.", "2026-11-02T10:00:00Z"),
+    ]
+    with EmbeddingServer() as embed:
+        config = client_config(tmp_path / "memory", "alice")
+        index = ClientIndex(config, "alice", embed).start()
+        try:
+
+            async def record() -> None:
+                async with ClientSessions(index.layout) as sessions:
+                    for conv, user, assistant, stamp in exchanges:
+                        await sessions.record_exchange(conv, user, assistant, stamp)
+
+            asyncio.run(record())
+            index.wait_rows(len(exchanges))
+            out = asyncio.run(rc.recall(index.searcher, "spare key", 5, None, None, index.layout))
+        finally:
+            index.stop()
+    results = out["results"]
+    assert results and "blue flower pot" in results[0]["content"]
+    text = out["text"]
+    assert text.count("blue flower pot") == 1
+    assert text.count("carbonara") <= 1 and text.count("Sunny and warm") <= 1
+    assert all(r["score"] >= RecallConfig().drop_below for r in results)
+    assert "relevance 0.00" not in text
+    small_talk = [r for r in results if "carbonara" in r["content"] or "Sunny" in r["content"]]
+    assert all(r["score"] < results[0]["score"] / 2 for r in small_talk), results

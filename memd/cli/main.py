@@ -30,6 +30,7 @@ from memd.cli.common import (  # re-exported: command modules written against ma
 )
 from memd.config import ConfigError
 from memd.proxy import cli as proxy_cli
+from memd.ui import cli as ui_cli
 
 __all__ = [
     "COMMANDS",
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 # In the order `memd --help` lists them.
-COMMANDS = (init, status, record, sessions, recall, privacy, folders, service, proxy_cli)
+COMMANDS = (init, status, record, sessions, recall, privacy, folders, service, proxy_cli, ui_cli)
 
 EPILOG = """\
 examples:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ProxyConfig,
         RecallConfig,
         SupervisionConfig,
+        UiConfig,
         parse_listen,
     )
     from memd.config.parse import default_socket_path, parse_config
@@ -56,6 +57,7 @@ __all__ = [
     "ProxyConfig",
     "RecallConfig",
     "SupervisionConfig",
+    "UiConfig",
     "default_config_path",
     "default_socket_path",
     "load_config",
@@ -91,6 +93,7 @@ __getattr__ = public_face(
             "LimitsConfig",
             "MilvusConfig",
             "ProxyConfig",
+            "UiConfig",
             "RecallConfig",
             "SupervisionConfig",
             "parse_listen",

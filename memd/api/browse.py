@@ -19,6 +19,7 @@ from memd.access import check_client_id
 from memd.api.app import App, ClientServices
 from memd.api.privacy import _time
 from memd.errors import IndexUnavailable, InvalidParams, MemdError, UnknownClient
+from memd.indexing import IndexUnavailableError
 from memd.layout import ClientLayout
 from memd.privacy import list_conversations, make_selector, preview, read_conversation
 from memd.recall import recall
@@ -123,15 +124,21 @@ async def _hits(app: App, live: ClientServices | None, query: str) -> list[tuple
             "or forget by session or time"
         )
     layout = live.layout
-    out = await recall(
-        live.searcher,
-        query,
-        app.runtime.config.search_top_k,
-        None,
-        None,
-        layout,
-        lane=live.recall_lane,
-    )
+    try:
+        out = await recall(
+            live.searcher,
+            query,
+            app.runtime.config.search_top_k,
+            None,
+            None,
+            layout,
+            lane=live.recall_lane,
+        )
+    except IndexUnavailableError:
+        raise IndexUnavailable(
+            "the memory index is starting or restarting; retry shortly",
+            data={"client_id": layout.client_id},
+        ) from None
     return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
 
 

@@ -29,7 +29,7 @@ def ui_status(memd: DaemonProcess, timeout: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         ui = memd.call("daemon.status").get("ui")
-        if ui and ui.get("state") != "stopped" or time.monotonic() > deadline:
+        if (ui and ui.get("state") != "stopped") or time.monotonic() > deadline:
             return ui or {}
         time.sleep(0.1)
 

@@ -42,7 +42,7 @@ class UiServer:
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=2.0,
-            keepalive_timeout=self.guard.header_timeout,
+            keepalive_timeout=2 * self.guard.header_timeout,  # the guard cuts first
         )
         await runner.setup()
         site = GuardedSite(runner, host, port, self.guard)

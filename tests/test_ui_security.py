@@ -225,3 +225,19 @@ def test_a_non_loopback_or_malformed_address_is_refused(listen: str) -> None:
     allowed: dict[str, Any] = {"ui": {"listen": "0.0.0.0:0", "allow_non_loopback": True}}
     assert parse_config(allowed).ui.address == ("0.0.0.0", 0)
     assert parse_config({}).ui.listen == "127.0.0.1:8767" and parse_config({}).ui.enabled
+
+
+def test_a_5_mb_paste_is_paged_not_one_page(shared: DaemonProcess) -> None:
+    paste = ("<b>pasted log line</b> " * 230_000)[:5_000_000] + "END-OF-PASTE"
+    done = record(shared, "paste", "Here is the whole log:\n" + paste, "Thanks.")
+    b = logged_in(shared)
+    base = f"/c/{CLIENT}/s/{done['session_id']}/{done['conversation']}"
+    page = b.get(base)
+    assert page.status == 200 and len(page.body) < 200_000, len(page.body)
+    assert "END-OF-PASTE" not in page.body and "&lt;b&gt;pasted log line&lt;/b&gt;" in page.body
+    assert "<b>pasted" not in page.body
+    more = page.body.split('class="more"><a href="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    window = b.get(more)
+    assert window.status == 200 and 100_000 < len(window.body) < 800_000
+    last = b.get(more.split("from=")[0] + f"from={len(paste) - 100}")
+    assert last.status == 200 and "END-OF-PASTE" in last.body

@@ -31,7 +31,30 @@ from _daemon import Connections, machine, percentile, record_burst, running_daem
 from memd.ui.tokens import LoginTokens
 
 CLIENT = "bench"
-WORDS = ["garden", "shed", "key", "ferry", "harwich", "invoice", "budget", "plumber", "roof", "tiles", "boiler", "service", "dentist", "friday", "passport", "renewal", "spare", "bike", "lock", "allotment", "tomatoes", "compost"]
+WORDS = [
+    "garden",
+    "shed",
+    "key",
+    "ferry",
+    "harwich",
+    "invoice",
+    "budget",
+    "plumber",
+    "roof",
+    "tiles",
+    "boiler",
+    "service",
+    "dentist",
+    "friday",
+    "passport",
+    "renewal",
+    "spare",
+    "bike",
+    "lock",
+    "allotment",
+    "tomatoes",
+    "compost",
+]
 
 
 def exchanges(n: int, seed: int = 7) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -241,3 +242,35 @@ def test_a_5_mb_paste_is_paged_not_one_page(shared: DaemonProcess) -> None:
     assert window.status == 200 and 100_000 < len(window.body) < 800_000
     last = b.get(more.split("from=")[0] + f"from={len(paste) - 100}")
     assert last.status == 200 and "END-OF-PASTE" in last.body
+
+
+def test_memd_status_shows_the_address_and_a_config_edit_turns_the_ui_off_and_on(
+    config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    memd = daemon_factory(config_file(**ui_settings()))
+    url = ui_status(memd)["url"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "status", "--config", str(memd.config_path)],
+        capture_output=True,
+        text=True,
+        env=memd.env,
+        timeout=60,
+    )
+    assert f"ui       {url}" in shown.stdout, shown
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    off = ui_settings()
+    off["ui"]["enabled"] = False
+    config_file(**off)
+    _until(lambda: memd.call("daemon.status").get("ui") is None, memd)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+    config_file(**ui_settings())
+    _until(lambda: (memd.call("daemon.status").get("ui") or {}).get("state") == "running", memd)
+    assert browser(memd).login(login_link(memd)).status == 303
+
+
+def _until(predicate: Callable[[], bool], memd: DaemonProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, memd.log()
+        time.sleep(0.2)

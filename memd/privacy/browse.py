@@ -19,7 +19,7 @@ from typing import Any
 from memd.errors import NotFound
 from memd.indexing import in_range
 from memd.layout import ClientLayout
-from memd.markdown import ParsedExchange, exchange_spans, read_transcript
+from memd.markdown import ParsedExchange, Span, exchange_spans, parse_transcript
 from memd.privacy.export import ConvIds, session_files
 from memd.privacy.select import ExternalIds, Plan, Selector, plan
 
@@ -54,41 +54,47 @@ def list_conversations(
     """Sessions newest first, each with its conversations newest first.
 
     A conversation is listed when one of its exchanges falls in [after, before); its
-    counts are of the whole conversation. Sessions with nothing in range are left out.
+    counts are of the whole conversation (`chars`: of its exchanges' markdown). Only the
+    headings are read (`exchange_spans`): parsing every message of a 2,000-exchange file
+    took ~0.7 s under load, its spans ~0.09 s.
     """
     out: list[dict[str, Any]] = []
     for sid, path in reversed(session_files(layout)):
         try:
-            parsed = read_transcript(path)
+            text = path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
             continue
+        lines = text.split("\n")
+        by_conv: dict[int, list[Span]] = {}
+        for span in exchange_spans(text):
+            by_conv.setdefault(span.conversation, []).append(span)
         convs = []
-        for conv in reversed(parsed.conversations):
-            times = [x.when for x in conv.exchanges]
-            if not times or not any(in_range(t, after, before) for t in times):
+        for number in sorted(by_conv, reverse=True):
+            spans = by_conv[number]
+            times = [x.when for x in spans]
+            if not any(in_range(t, after, before) for t in times):
                 continue
             convs.append(
                 {
-                    "number": conv.number,
-                    "conversation_id": conv_ids.get((sid, conv.number)),
-                    "title": next((x.title for x in conv.exchanges if x.title), ""),
+                    "number": number,
+                    "conversation_id": conv_ids.get((sid, number)),
+                    "title": next((x.title for x in spans if x.title), ""),
                     "first": _iso(min(times)),
                     "last": _iso(max(times)),
-                    "exchanges": len(conv.exchanges),
-                    "chars": sum(len(p.text) for x in conv.exchanges for p in x.parts),
+                    "exchanges": len(spans),
+                    "chars": sum(len(line) + 1 for x in spans for line in lines[x.start : x.end]),
                 }
             )
-        if not convs:
-            continue
-        out.append(
-            {
-                "session_id": sid,
-                "state": _state(layout, sid, path, states),
-                "archived": path.parent == layout.archive,
-                "summary": layout.summary_file(sid).exists(),
-                "conversations": convs,
-            }
-        )
+        if convs:
+            out.append(
+                {
+                    "session_id": sid,
+                    "state": _state(layout, sid, path, states),
+                    "archived": path.parent == layout.archive,
+                    "summary": layout.summary_file(sid).exists(),
+                    "conversations": convs,
+                }
+            )
     return out
 
 
@@ -124,42 +130,52 @@ def read_conversation(
 ) -> dict[str, Any]:
     """Exchanges [offset, offset + limit) of one conversation, each text cut to its window.
 
+    The file's headings are scanned and only the page's exchanges are parsed, so a page of
+    a 2,000-exchange conversation costs one scan, not a parse of every message.
+
     With `around` (an exchange number) the page is the one of `limit` exchanges that
     holds that exchange, so a link to an exchange finds it after others were forgotten.
     """
     path = dict(session_files(layout)).get(session_id)
-    if path is None:
-        raise NotFound(f"no session {session_id!r}", data={"session_id": session_id})
     try:
-        parsed = read_transcript(path)
+        text = path.read_bytes().decode("utf-8", "replace") if path else None
     except FileNotFoundError:
-        raise NotFound(f"no session {session_id!r}", data={"session_id": session_id}) from None
-    conv = next((c for c in parsed.conversations if c.number == number), None)
-    if conv is None:
+        text = None
+    if path is None or text is None:
+        raise NotFound(f"no session {session_id!r}", data={"session_id": session_id})
+    spans = [s for s in exchange_spans(text) if s.conversation == number]
+    if not spans:
         raise NotFound(
             f"no conversation {number} in session {session_id}", data={"conversation": number}
         )
     if around is not None:
-        index = next((i for i, x in enumerate(conv.exchanges) if x.number == around), None)
+        index = next((i for i, x in enumerate(spans) if x.exchange == around), None)
         if index is None:
             raise NotFound(
                 f"no exchange {around} in conversation {number} of session {session_id}",
                 data={"exchange": around},
             )
         offset = index // limit * limit
-    page = conv.exchanges[offset : offset + limit]
+    lines = text.split("\n")
+    page = [_parsed(lines[s.start : s.end]) for s in spans[offset : offset + limit]]
     return {
         "session_id": session_id,
         "conversation": number,
         "conversation_id": conv_ids.get((session_id, number)),
-        "title": next((x.title for x in conv.exchanges if x.title), ""),
+        "title": next((x.title for x in spans if x.title), ""),
         "state": _state(layout, session_id, path, states),
         "archived": path.parent == layout.archive,
         "summary": _summary(layout, session_id),
-        "total": len(conv.exchanges),
+        "total": len(spans),
         "offset": offset,
         "exchanges": [_exchange(x, text_offset, text_limit) for x in page],
     }
+
+
+def _parsed(lines: list[str]) -> ParsedExchange:
+    """One exchange's lines read back; only the page's exchanges are parsed."""
+    [conv] = parse_transcript("\n".join(lines)).conversations
+    return conv.exchanges[0]
 
 
 def preview(

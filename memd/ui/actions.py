@@ -77,7 +77,8 @@ class Actions:
             return self._preview_page(request, client, params, now, changed=True)
         if not now["counts"]["exchanges"] and not now["counts"]["summaries"]:
             raise bad("nothing to forget")
-        receipt = await self.ui.call(request, "memory.forget", call)
+        # A forget returns once the index is rebuilt: minutes for a large client.
+        receipt = await self.ui.call(request, "memory.forget", call, timeout=1800.0)
         return self.ui.render(request, "receipt.html", client=client, receipt=receipt, shown=now)
 
     async def export(self, request: web.Request) -> web.StreamResponse:

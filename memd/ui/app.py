@@ -65,10 +65,12 @@ class UiApp:
         )
         return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
-    async def call(self, request: web.Request, method: str, params: dict[str, Any]) -> Any:
+    async def call(
+        self, request: web.Request, method: str, params: dict[str, Any], timeout: float = 120.0
+    ) -> Any:
         """A socket call; memd's refusals become an error page (404 for not_found)."""
         try:
-            return await self.rpc.call(method, params, timeout=120.0)
+            return await self.rpc.call(method, params, timeout=timeout)
         except RpcError as exc:
             missing = exc.kind in ("not_found", "unknown_client")
             error = web.HTTPNotFound if missing else web.HTTPBadRequest

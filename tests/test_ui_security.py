@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from memd.config import ConfigError, parse_config
-from memd.ui.tokens import LoginTokens
+from memd.ui.tokens import LoginTokens, TokenError
 from tests.support.daemon import DaemonProcess
 from tests.support.ui import CLIENT, Browser, csrf_of, login_link, record, ui_settings, ui_status
 
@@ -274,3 +274,28 @@ def _until(predicate: Callable[[], bool], memd: DaemonProcess, timeout: float = 
     while not predicate():
         assert time.monotonic() < deadline, memd.log()
         time.sleep(0.2)
+
+
+def test_login_tokens_refuse_stale_open_and_linked_files(tmp_path: Path) -> None:
+    tokens = LoginTokens(tmp_path)
+    good = tokens.issue()
+    assert tokens.claim(good) and not tokens.claim(good)  # once
+    stale = LoginTokens(tmp_path, ttl=0.0)
+    old = stale.issue()
+    time.sleep(0.05)
+    assert not stale.claim(old) and not tokens.claim(old)  # expired, and used up
+    opened = tokens.issue()
+    path = tmp_path / ".ui" / f"login-{opened.split('~')[0]}"
+    os.chmod(path, 0o644)
+    assert not tokens.claim(opened)
+    linked = tokens.issue()
+    ident = linked.split("~")[0]
+    target = tmp_path / "elsewhere"
+    target.write_text(linked + "\n")
+    os.chmod(target, 0o600)
+    (tmp_path / ".ui" / f"login-{ident}").unlink()
+    (tmp_path / ".ui" / f"login-{ident}").symlink_to(target)
+    assert not tokens.claim(linked)
+    os.chmod(tmp_path / ".ui", 0o755)
+    with pytest.raises(TokenError, match="open to group or others"):
+        tokens.issue()

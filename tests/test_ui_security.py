@@ -299,3 +299,17 @@ def test_login_tokens_refuse_stale_open_and_linked_files(tmp_path: Path) -> None
     os.chmod(tmp_path / ".ui", 0o755)
     with pytest.raises(TokenError, match="open to group or others"):
         tokens.issue()
+
+
+def test_memd_ui_without_a_running_memd_says_how_to_start_it(
+    config_file: Callable[..., Path],
+) -> None:
+    path = config_file(**ui_settings())
+    done = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "ui", "--print", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3 and "memd run" in done.stderr and not done.stdout, done
+    assert not (path.parent / "memory" / ".ui").exists()  # no token issued for nobody

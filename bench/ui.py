@@ -9,7 +9,9 @@ One real daemon with `[ui]` on port 0 and one client whose one conversation hold
 /usr/bin/chromedriver) logs in with a token and loads each page --loads times; each load's
 Navigation Timing gives the time to first byte (responseStart) and the full load
 (loadEventEnd), from the start of the navigation. The login page (no socket call, no
-transcript) is the baseline from the same run. Goal (issue 28): each page <= 300 ms p50.
+transcript) is the baseline from the same run, and so are the socket calls the
+conversation and search pages make, timed over the socket alone. Goal (issue 28): each
+page <= 300 ms p50.
 
 RSS: two more daemons, one with the UI off and one with it on, each given the same
 workload (200 exchanges, 20 recalls; the UI-on one also serves 20 page loads over HTTP),
@@ -128,6 +130,25 @@ def pages(proc: Any, n: int, loads: int) -> None:
                 f"{name:34} {percentile(ttfb, 50):9.0f} {percentile(ttfb, 90):7.0f} "
                 f"{percentile(full, 50):9.0f} {percentile(full, 90):7.0f}"
             )
+        sockets = [
+            (
+                "socket: browse.conversation",
+                "browse.conversation",
+                {"client_id": CLIENT, "session_id": sid, "conversation": 1, "limit": 50},
+            ),
+            (
+                "socket: memory.recall",
+                "memory.recall",
+                {"client_id": CLIENT, "query": "spare bike lock allotment"},
+            ),
+        ]
+        for name, method, params in sockets:
+            spent = []
+            for _ in range(loads):
+                start = time.perf_counter()
+                conns.call(method, params)
+                spent.append((time.perf_counter() - start) * 1000)
+            print(f"{name:34} {percentile(spent, 50):9.0f} {percentile(spent, 90):7.0f}")
     finally:
         driver.quit()
         conns.close()

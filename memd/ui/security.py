@@ -109,9 +109,10 @@ class Gate:
             response = await self._checked(request, handler)
         except web.HTTPException as exc:
             response = exc
+        finally:
+            if transport is not None:
+                self.guard.idle(transport)
         response.headers.update(HEADERS)
-        if transport is not None:
-            self.guard.idle(transport)
         return response
 
     async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -313,3 +313,30 @@ def test_memd_ui_without_a_running_memd_says_how_to_start_it(
     )
     assert done.returncode == 3 and "memd run" in done.stderr and not done.stdout, done
     assert not (path.parent / "memory" / ".ui").exists()  # no token issued for nobody
+
+
+def test_forget_a_time_range_from_the_client_page(
+    config_file: Callable[..., Path],
+    daemon_factory: Callable[..., DaemonProcess],
+    tmp_path: Path,
+) -> None:
+    memd = daemon_factory(config_file(**ui_settings()))
+    record(memd, "old", "My passport number is P-7Q31.", "Noted.")
+    record(memd, "new", "The gate code is 5150.", "Noted.")
+    b = logged_in(memd)
+    page = b.get(f"/c/{CLIENT}?after=1h&before=")
+    link = next(
+        part.split('"', 1)[0].replace("&amp;", "&")
+        for part in page.body.split('href="')
+        if "forget?after=" in part.split('"', 1)[0]
+    )
+    shown = b.get(link)
+    assert shown.status == 200 and "2 exchanges</strong>" in shown.body, shown.body[-3000:]
+    fields = {"after": "1h", "csrf": csrf_of(shown.body)}
+    fields["fingerprint"] = shown.body.split('name="fingerprint" value="', 1)[1].split('"', 1)[0]
+    done = b.post(f"/c/{CLIENT}/forget", fields)
+    assert done.status == 200 and "Removed 2 exchanges" in done.body, done.body[-3000:]
+    text = "".join(p.read_text() for p in (tmp_path / "memory" / CLIENT).rglob("*.md"))
+    assert "P-7Q31" not in text and "5150" not in text
+    again = b.post(f"/c/{CLIENT}/forget", fields)  # the same confirmation, replayed
+    assert again.status == 409 and "Nothing matches" in again.body

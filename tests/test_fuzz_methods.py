@@ -281,6 +281,28 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
             "limit": st.one_of(st.integers(-5, 5000), st.just("5")),
         },
     ),
+    "browse.conversations": ({"client_id": good_clients}, {"after": times, "before": times}),
+    "browse.conversation": (
+        {"client_id": good_clients, "session_id": ids, "conversation": st.integers(-3, 10)},
+        {
+            "offset": st.one_of(st.integers(-5, 10**12), st.just("0")),
+            "limit": st.one_of(st.integers(-5, 5000), st.just(5.0)),
+            "around": st.integers(-3, 10),
+            "text_offset": st.integers(-5, 10**13),
+            "text_limit": st.one_of(st.integers(-5, 10**7), st.just("20")),
+        },
+    ),
+    "memory.forget_preview": (
+        {"client_id": good_clients},
+        {
+            "session_id": ids,
+            "conversation_id": st.one_of(st.integers(-3, 10), st.sampled_from(["", "never-seen"])),
+            "after": st.sampled_from(["9999-12-31T23:59:59Z", "soon", "", "-5d", "1e308h"]),
+            "before": st.sampled_from(["0001-01-01", "soon", "", "9999999999999999999d"]),
+            "query": st.sampled_from(["", "   ", 5, None, "spare key"]),
+            "all": st.sampled_from([False, "true", 1, True]),
+        },
+    ),
     "memory.tools": ({"client_id": good_clients}, {}),
     "memory.call_tool": (
         {

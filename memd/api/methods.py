@@ -11,6 +11,7 @@ from typing import Any
 
 from memd.access import client_rows
 from memd.api import imports as api_imports
+from memd.api import browse as api_browse
 from memd.api import privacy as api_privacy
 from memd.api import recall as api_recall
 from memd.api.app import App
@@ -85,4 +86,5 @@ def build_registry(app: App) -> Registry:
     api_recall.register(registry, app)
     api_privacy.register(registry, app)
     api_imports.register(registry, app)
+    api_browse.register(registry, app)
     return registry

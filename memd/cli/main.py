@@ -33,6 +33,7 @@ from memd.cli.common import (  # re-exported: command modules written against ma
 )
 from memd.config import ConfigError
 from memd.proxy import cli as proxy_cli
+from memd.ui import cli as ui_cli
 
 __all__ = [
     "COMMANDS",
@@ -50,7 +51,7 @@ __all__ = [
 
 # In the order `memd --help` lists them.
 COMMANDS: tuple[ModuleType, ...] = (init, status, record, sessions, recall, privacy)
-COMMANDS += (redact, imports_cli, hooks_cli, folders, service, proxy_cli)
+COMMANDS += (redact, imports_cli, hooks_cli, folders, service, proxy_cli, ui_cli)
 
 EPILOG = """\
 examples:

@@ -23,6 +23,7 @@ from memd.cli.common import (
 )
 from memd.config import MEMORY_MODES
 from memd.proxy import cli as proxy_cli
+from memd.ui import cli as ui_cli
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     path, config = load(args)
     try:
-        return run_daemon(path, config, services=proxy_cli.services())
+        return run_daemon(path, config, services=proxy_cli.services() + ui_cli.services())
     except (SocketSetupError, UntrustedPath) as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -90,6 +91,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"compact  {compaction_line(status['compaction'])}")
     if status.get("proxy"):
         print(f"proxy    {proxy_cli.status_line(status['proxy'])}")
+    if status.get("ui"):
+        print(f"ui       {ui_cli.status_line(status['ui'])}")
     rows = [status_row(cid, c) for cid, c in status["clients"].items()]
     print()
     print(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ProxyConfig,
         RecallConfig,
         SupervisionConfig,
+        UiConfig,
         parse_listen,
     )
     from memd.config.parse import default_socket_path, parse_config
@@ -58,6 +59,7 @@ __all__ = [
     "ProxyConfig",
     "RecallConfig",
     "SupervisionConfig",
+    "UiConfig",
     "default_config_path",
     "default_socket_path",
     "load_config",
@@ -94,6 +96,7 @@ __getattr__ = public_face(
             "MilvusConfig",
             "PrivacyConfig",
             "ProxyConfig",
+            "UiConfig",
             "RecallConfig",
             "SupervisionConfig",
             "parse_listen",

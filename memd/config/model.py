@@ -94,6 +94,22 @@ class ProxyConfig:
 
 
 @dataclass(frozen=True)
+class UiConfig:
+    """`[ui]`: the memory browser on loopback (memd.ui, docs/ui.md)."""
+
+    enabled: bool = True
+    listen: str = "127.0.0.1:8767"  # port 0: any free port (`memd ui` shows which)
+    allow_non_loopback: bool = False
+    max_connections: int = 64  # HTTP connections served at once; more wait for the OS
+    header_timeout_seconds: float = 10.0  # a client that sends no whole request is cut
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) of `listen`, already validated by the loader."""
+        return parse_listen(self.listen)
+
+
+@dataclass(frozen=True)
 class LimitsConfig:
     """Bounds that keep one caller from stalling the others (docs/security.md).
 
@@ -191,6 +207,7 @@ class Config:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     milvus: MilvusConfig = field(default_factory=MilvusConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     recall: RecallConfig = field(default_factory=RecallConfig)

@@ -33,6 +33,7 @@ from memd.config.model import (
     ProxyConfig,
     RecallConfig,
     SupervisionConfig,
+    UiConfig,
 )
 
 # The top-level tables and the dataclass each one is read into.
@@ -41,6 +42,7 @@ TABLES: dict[str, type] = {
     "compaction": CompactionConfig,
     "milvus": MilvusConfig,
     "proxy": ProxyConfig,
+    "ui": UiConfig,
     "limits": LimitsConfig,
     "supervision": SupervisionConfig,
     "recall": RecallConfig,

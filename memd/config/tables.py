@@ -22,6 +22,7 @@ from memd.config.model import (
     PrivacyConfig,
     ProxyConfig,
     RecallConfig,
+    UiConfig,
     parse_listen,
 )
 
@@ -118,6 +119,23 @@ def _proxy(parser: Parser, _data: Mapping[str, Any], proxy: ProxyConfig) -> None
         raise parser.fail("proxy.max_tool_rounds", "must be between 1 and 20")
 
 
+def _ui(parser: Parser, _data: Mapping[str, Any], ui: UiConfig) -> None:
+    try:
+        host, _port = parse_listen(ui.listen)
+    except ValueError as exc:
+        raise parser.fail("ui.listen", str(exc)) from None
+    if not ui.allow_non_loopback and not _loopback(host):
+        raise parser.fail(
+            "ui.listen",
+            f"{host} is not a loopback address; your memory would be served to other "
+            "machines (set allow_non_loopback = true if that is what you want)",
+        )
+    if ui.max_connections < 1:
+        raise parser.fail("ui.max_connections", "must be at least 1")
+    if not 0 < ui.header_timeout_seconds < float("inf"):
+        raise parser.fail("ui.header_timeout_seconds", "must be a positive, finite number")
+
+
 def _limits(parser: Parser, _data: Mapping[str, Any], limits: LimitsConfig) -> None:
     if limits.max_connections < 1:
         raise parser.fail("limits.max_connections", "must be at least 1")
@@ -170,6 +188,7 @@ _RULES: dict[str, Callable[[Parser, Mapping[str, Any], Any], None]] = {
     "recall": _recall,
     "compaction": _compaction,
     "proxy": _proxy,
+    "ui": _ui,
     "limits": _limits,
     "privacy": _privacy,
 }

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
+    from memd.privacy.browse import list_conversations, preview, read_conversation
     from memd.privacy.export import MAX_PAGE_SIZE, PAGE_SIZE, export_page, iter_exchanges
     from memd.privacy.forgetting import Target, forget
     from memd.privacy.select import Plan, Selector, make_selector, plan
@@ -20,13 +21,17 @@ __all__ = [
     "export_page",
     "forget",
     "iter_exchanges",
+    "list_conversations",
     "make_selector",
     "plan",
+    "preview",
+    "read_conversation",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
+        "browse": ("list_conversations", "preview", "read_conversation"),
         "export": ("MAX_PAGE_SIZE", "PAGE_SIZE", "export_page", "iter_exchanges"),
         "forgetting": ("Target", "forget"),
         "select": ("Plan", "Selector", "make_selector", "plan"),

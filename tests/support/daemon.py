@@ -30,6 +30,9 @@ def base_config(tmp: Path, **extra: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "memory_dir": str(tmp / "memory"),
         "socket": str(tmp / "run" / "memd.sock"),
+        # Daemons of parallel tests would all want port 8767: the browser's tests turn
+        # it on (on port 0) where they need it.
+        "ui": {"enabled": False},
     }
     data.update(extra)
     return data

@@ -1,0 +1,25 @@
+"""The memory browser: see, search, forget and export a client's memory in a browser.
+
+Served by `memd run` on loopback (`[ui]`), built on memd's socket API only, like the
+proxy (import-linter checks it): the pages read through `browse.*`, `memory.recall`,
+`memory.forget_preview`, `memory.forget` and `memory.export`. Login is a single-use
+token from `memd ui`, then an HttpOnly SameSite=Strict cookie; docs/ui.md has the
+security model. aiohttp and Jinja2 load only when it is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memd import public_face
+
+if TYPE_CHECKING:
+    from memd.ui.cli import add_parsers, services, status_line
+    from memd.ui.service import UiServer, UiService
+
+__all__ = ["UiServer", "UiService", "add_parsers", "services", "status_line"]
+
+__getattr__ = public_face(
+    __name__,
+    {"cli": ("add_parsers", "services", "status_line"), "service": ("UiServer", "UiService")},
+)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from memd.access import client_rows
-from memd.api import imports as api_imports
 from memd.api import browse as api_browse
+from memd.api import imports as api_imports
 from memd.api import privacy as api_privacy
 from memd.api import recall as api_recall
 from memd.api.app import App

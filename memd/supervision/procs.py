@@ -27,6 +27,14 @@ PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process. Spa
 from a thread that lives as long as memd: the event loop thread (Supervisor.step is called
 there). On macOS there is no PDEATHSIG; pidfiles and `reap_leftovers` cover that case.
 
+Where a child starts, and what it imports: a child without a folder of its own starts in
+`/` (`TRUSTED_CWD`), not in memd's working directory, and every child's environment has
+PYTHONSAFEPATH=1 (`child_env`, Python's `-P`): `python -m X` would otherwise put its
+working directory first on the import path, and memd may be started from a folder another
+user can write (`cd /tmp && memd run`), where a planted `truststore.py` or `memd/` would
+run as memd's uid. PYTHONSAFEPATH is inherited, so it covers grandchildren and the
+zygote's forks too (they inherit its import path).
+
 Logs (`memd.supervision.childlogs`): stdout and stderr of the child go straight to its log
 file, rotated by size.
 """
@@ -41,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +64,8 @@ if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec
 
 log = structlog.get_logger()
+
+TRUSTED_CWD = "/"  # a child's working directory when its spec names none (see above)
 
 _TRAMPOLINE = """\
 import os, signal, sys
@@ -78,12 +88,20 @@ _HAS_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
 _CREATE_TIME_SLACK = 1.0  # /proc/stat btime can jitter by a second between reads
 
 
+def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """A child's environment (memd's when `env` is None), never with the working
+    directory on a Python child's import path (see the module docstring)."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONSAFEPATH"] = "1"
+    return out
+
+
 class PopenSpawner:
     """Starts children for real (see the module docstring for how and why)."""
 
     def spawn(self, spec: ChildSpec) -> PopenProc:
-        env = dict(spec.env) if spec.env is not None else None
-        search_path = (env or os.environ).get("PATH", os.defpath)
+        env = child_env(spec.env)
+        search_path = env.get("PATH", os.defpath)
         if os.sep not in spec.argv[0] and shutil.which(spec.argv[0], path=search_path) is None:
             raise FileNotFoundError(f"{spec.argv[0]!r} not found on PATH")
         out = open_log(spec)
@@ -93,7 +111,7 @@ class PopenSpawner:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=spec.cwd,
+                cwd=spec.cwd if spec.cwd is not None else TRUSTED_CWD,
                 env=env,
                 start_new_session=True,
                 close_fds=True,

@@ -12,10 +12,10 @@ processes, which can read and write everything memd can anyway.
   component with `O_NOFOLLOW` everywhere it writes or serves, so a link planted before
   the check (or by a careless tool) is refused rather than followed out of memory_dir.
 - Recall serves only regular files of memd's uid, opened that way (`open_served`).
-- The socket's parent chain, and memory_dir's, are checked as OpenSSH's StrictModes checks `authorized_keys`
-  (`check_chain`): every folder from `/` down must belong to root or memd's uid and not be
-  writable by group or others, except a sticky-bit folder (like /tmp), where nobody may
-  rename or remove another user's entries.
+- The socket's parent chain, and memory_dir's, are checked as OpenSSH's StrictModes
+  checks `authorized_keys` (`check_chain`): every folder from `/` down must belong to root
+  or memd's uid and not be writable by group or others, except a sticky-bit folder (like
+  /tmp), where nobody may rename or remove another user's entries.
 - `PRIVATE_UMASK` is set at start so every file memd and its children create is 0600 and
   every folder 0700 (sqlite's WAL and SHM, Milvus Lite's files, logs, specs).
 """

@@ -21,7 +21,13 @@ import pytest
 from memd.cli.client import RemoteError
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.faults import call, pipeline_running, wait_for
-from tests.support.hostile import area_config, needs_hostile, nobody_python, open_area, start_refused
+from tests.support.hostile import (
+    area_config,
+    needs_hostile,
+    nobody_python,
+    open_area,
+    start_refused,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -41,7 +47,7 @@ def _plant(start: Path, marks: Path) -> None:
         "import os, sys\n"
         "start, marks = sys.argv[1], sys.argv[2]\n"
         "for name in sys.argv[3:]:\n"
-        "    body = f'open({marks!r} + \"/{name}\", \"w\").write(str(os.getuid()))\\n'\n"
+        '    body = f\'open({marks!r} + "/{name}", "w").write(str(os.getuid()))\\n\'\n'
         "    if name == 'memd':\n"
         "        os.mkdir(start + '/memd')\n"
         "        path = start + '/memd/__init__.py'\n"
@@ -154,7 +160,12 @@ def test_client_opened_after_an_ancestor_became_writable_is_refused(area: Path) 
                 call(
                     memd.socket,
                     "memory.record_exchange",
-                    {"client_id": "bob", "conversation_id": "c", "user": "pin 9931", "assistant": "k"},
+                    {
+                        "client_id": "bob",
+                        "conversation_id": "c",
+                        "user": "pin 9931",
+                        "assistant": "k",
+                    },
                 )
             except RemoteError as exc:
                 return exc.message if str(parent) in exc.message else ""

@@ -14,7 +14,7 @@ import psutil
 import structlog
 import watchfiles
 
-from memd import __version__, heap, trust
+from memd import __version__, fds, heap, trust
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.daemon.notify import SystemdNotifier
@@ -317,6 +317,8 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 def run_daemon(config_path: Path, config: Config, services: Sequence[Service] = ()) -> int:
     """Entry point for `memd run`; `services` are the front ends it runs beside the socket."""
     heap.tune()  # before any thread starts: see memd/heap.py
+    before, after = fds.raise_open_files()  # see memd/fds.py; children inherit it
+    log.info("memd.open_files", soft_before=before, soft=after)
     os.umask(trust.PRIVATE_UMASK)  # every file memd and its children create: 0600 / 0700
     trust.ensure_memory_dir(config.memory_dir)
     return asyncio.run(Daemon(config_path, config, services=services).run())

@@ -11,6 +11,7 @@ while held, right after the close and `--settle` seconds later (the heap trim ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import sys
 import time
@@ -34,10 +35,8 @@ def send_partial(sock: Path, size: int) -> socket.socket:
     conn.connect(str(sock))
     chunk = b'{"jsonrpc": "2.0", "id": 1, "method": "daemon.status", "params": {"x": "'
     chunk += b"a" * (size - len(chunk))
-    try:
+    with contextlib.suppress(OSError):  # refused past the server-wide bound: closed by memd
         conn.sendall(chunk)
-    except OSError:
-        pass  # refused past the server-wide bound: closed by memd
     return conn
 
 

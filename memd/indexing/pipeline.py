@@ -31,7 +31,7 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.shared_index import SHARED_NAME, SharedIndex
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.supervision import ChildSpec, Supervisor
+from memd.supervision import ChildSpec, Supervisor, procs
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 log = structlog.get_logger()
@@ -265,6 +265,8 @@ class Pipelines:
                 stop_signal=signal.SIGINT,
                 stop_timeout=10.0,
                 ready=ready,
+                # An initial scan of a large session takes minutes: busy is not stuck.
+                progress=procs.activity,
                 restart_at_once=True,
             ),
             requires=requires,

@@ -96,6 +96,18 @@ def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def activity(pid: int) -> tuple[float, int, int] | None:
+    """CPU seconds and bytes read and written by `pid` so far: it changes while the
+    process works (a ChildSpec's `progress` probe); None when it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        cpu = proc.cpu_times()
+        io = proc.io_counters()
+    except (psutil.Error, AttributeError, OSError):
+        return None
+    return (cpu.user + cpu.system, getattr(io, "read_chars", 0), getattr(io, "write_chars", 0))
+
+
 class PopenSpawner:
     """Starts children for real (see the module docstring for how and why)."""
 

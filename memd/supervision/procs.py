@@ -96,6 +96,29 @@ def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def tree_pss(pid: int) -> tuple[int, int]:
+    """(bytes, processes): the proportional set size of `pid` and all its descendants.
+
+    PSS splits a page shared by N processes N ways, so the zygote's forks (which share
+    its preloaded libraries) add up to what the tree really costs, unlike a sum of RSS.
+    Processes that vanish or cannot be read are left out; RSS stands in where PSS is
+    not available (no /proc/<pid>/smaps_rollup)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    total = counted = 0
+    for proc in tree:
+        try:
+            info = proc.memory_full_info()
+            total += getattr(info, "pss", info.rss)
+            counted += 1
+        except (psutil.Error, OSError):
+            continue
+    return total, counted
+
+
 def activity(pid: int) -> tuple[float, int, int] | None:
     """CPU seconds and bytes read and written by `pid` so far: it changes while the
     process works (a ChildSpec's `progress` probe); None when it cannot be read."""

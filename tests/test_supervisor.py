@@ -726,3 +726,21 @@ def test_a_child_with_no_progress_is_killed_after_ready_timeout_as_before() -> N
     assert child.state == S.STARTING
     child.step(20.0)
     assert spawner.procs[0].signals == [signal.SIGKILL]
+
+
+def test_a_fatal_child_with_a_retry_period_is_started_again_after_it() -> None:
+    """Issue 24: a watcher that went FATAL stopped its client's indexing for good. With
+    fatal_retry_after, FATAL is a long pause, not the end; without it, it stays FATAL."""
+    for retry_after, expect_again in ((600.0, True), (0.0, False)):
+        sup, spawner, clock = make_supervisor(auto=0.0)
+        sup.add(make_spec(startretries=0, fatal_retry_after=retry_after))
+        sup.step(0.0)
+        spawner.procs[-1].exit(1)
+        sup.step(0.5)
+        assert sup.status()["w"].state == S.FATAL
+        sup.step(599.0)
+        assert sup.status()["w"].state == S.FATAL and len(spawner.procs) == 1
+        sup.step(600.5)
+        sup.step(600.6)
+        assert (sup.status()["w"].state == S.STARTING) is expect_again, retry_after
+        assert len(spawner.procs) == (2 if expect_again else 1)

@@ -95,6 +95,7 @@ class ChildSpec:
     ready: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
     ready_timeout: float = 60.0
     progress: Callable[[int], object] | None = field(default=None, compare=False, repr=False)
+    fatal_retry_after: float = 0.0  # > 0: FATAL is a pause of this many seconds, then reset
     log_max_bytes: int = 5 * 1024 * 1024
     log_backups: int = 3
     restart_at_once: bool = False
@@ -110,6 +111,7 @@ class ChildSpec:
             object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         numbers: tuple[str, ...] = ("startsecs", "reset_after", "stop_timeout", "kill_timeout")
         numbers += ("ready_timeout", "startretries", "log_max_bytes", "log_backups")
+        numbers += ("fatal_retry_after",)
         for name in numbers:
             if getattr(self, name) < 0:
                 raise ValueError(f"{self.name}: {name} must be >= 0")
@@ -209,6 +211,7 @@ class Child:
         self.spawned_at: float | None = None
         self._progress: tuple[object, float] | None = None
         self._slow_logged = False
+        self._fatal_at: float | None = None  # when a FATAL with fatal_retry_after began
         self.running_since: float | None = None
         self.next_start_at: float | None = None
         self.stop_deadline: float | None = None
@@ -268,6 +271,7 @@ class Child:
         self.retries = 0
         self._healthy()
         self.log_tail = ""
+        self._fatal_at = None
         self._change_state(S.STOPPED)
         return True
 
@@ -292,6 +296,11 @@ class Child:
             self._check_running(now)
         elif self.state == S.STOPPING:
             self._check_stopping(now)
+        elif self.state == S.FATAL and self.spec.fatal_retry_after > 0:
+            self._fatal_at = self._fatal_at if self._fatal_at is not None else now
+            if now - self._fatal_at >= self.spec.fatal_retry_after:
+                self._log.warning("child.fatal_retried", after=self.spec.fatal_retry_after)
+                self.reset()  # STOPPED: the supervisor starts it again if still wanted
         if self.state in WAITING_STATES and can_spawn:
             assert self.next_start_at is not None
             if now >= self.next_start_at:

@@ -732,7 +732,7 @@ def test_a_fatal_child_with_a_retry_period_is_started_again_after_it() -> None:
     """Issue 24: a watcher that went FATAL stopped its client's indexing for good. With
     fatal_retry_after, FATAL is a long pause, not the end; without it, it stays FATAL."""
     for retry_after, expect_again in ((600.0, True), (0.0, False)):
-        sup, spawner, clock = make_supervisor(auto=0.0)
+        sup, spawner, _ = make_supervisor(auto=0.0)
         sup.add(make_spec(startretries=0, fatal_retry_after=retry_after))
         sup.step(0.0)
         spawner.procs[-1].exit(1)

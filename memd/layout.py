@@ -78,9 +78,11 @@ class ClientLayout:
 
         Raises `memd.trust.UntrustedPath` (naming the folder and the fix) for one that is a
         symlink, belongs to another uid, or that group or others can write: that client is
-        refused. memory_dir itself is checked once, when the daemon starts.
+        refused. memory_dir and the folders above it are checked again each time
+        (`trust.check_memory_dir`): one may have become writable by others since start.
         """
         self.memory_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        trust.check_memory_dir(self.memory_dir)
         for path in (
             self.root,
             self.sessions,

@@ -12,10 +12,10 @@ processes, which can read and write everything memd can anyway.
   component with `O_NOFOLLOW` everywhere it writes or serves, so a link planted before
   the check (or by a careless tool) is refused rather than followed out of memory_dir.
 - Recall serves only regular files of memd's uid, opened that way (`open_served`).
-- The socket's parent chain is checked as OpenSSH's StrictModes checks `authorized_keys`
-  (`check_chain`): every folder from `/` down must belong to root or memd's uid and not be
-  writable by group or others, except a sticky-bit folder (like /tmp), where nobody may
-  rename or remove another user's entries.
+- The socket's parent chain, and memory_dir's, are checked as OpenSSH's StrictModes
+  checks `authorized_keys` (`check_chain`): every folder from `/` down must belong to root
+  or memd's uid and not be writable by group or others, except a sticky-bit folder (like
+  /tmp), where nobody may rename or remove another user's entries.
 - `PRIVATE_UMASK` is set at start so every file memd and its children create is 0600 and
   every folder 0700 (sqlite's WAL and SHM, Milvus Lite's files, logs, specs).
 """
@@ -186,11 +186,12 @@ def trusted_below(path: Path, root: Path) -> bool:
     return True
 
 
-def check_chain(folder: Path) -> None:
-    """OpenSSH StrictModes for the socket's folder: see the module docstring.
+def check_chain(folder: Path, what: str = "memd's socket", thing: str = "socket") -> None:
+    """OpenSSH StrictModes for the folder holding `what`: see the module docstring.
 
     Both the folders as written and the ones they resolve to are checked, so a symlink
-    on the way cannot lead through a folder others can write.
+    on the way cannot lead through a folder others can write. `thing` names what another
+    user could put in its place, for the message.
     """
     seen: set[Path] = set()
     for base in (Path(os.path.abspath(folder)), Path(folder).resolve()):
@@ -198,34 +199,42 @@ def check_chain(folder: Path) -> None:
             if current in seen:
                 continue
             seen.add(current)
-            _check_ancestor(current)
+            _check_ancestor(current, what, thing)
 
 
-def _check_ancestor(path: Path) -> None:
+def _check_ancestor(path: Path, what: str, thing: str) -> None:
     st = os.stat(path)
     uid = os.geteuid()
     if st.st_uid not in (0, uid):
         raise UntrustedPath(
             path,
-            f"(on the way to memd's socket) is owned by uid "
-            f"{st.st_uid}, who could replace the socket",
-            "choose a socket path whose folders belong to you or root",
+            f"(on the way to {what}) is owned by uid {st.st_uid}, who could replace the {thing}",
+            f"choose a {thing} path whose folders belong to you or root",
         )
     if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         raise UntrustedPath(
             path,
-            "(on the way to memd's socket) is writable by group or "
-            "others, who could rename what is below it and put their own "
-            "socket in its place",
-            f"run `chmod go-w {path}` or choose another socket path",
+            f"(on the way to {what}) is writable by group or others, who could rename "
+            f"what is below it and put their own {thing} in its place",
+            f"run `chmod go-w {path}` or choose another {thing} path",
         )
 
 
-def ensure_memory_dir(path: Path) -> None:
-    """memory_dir, created 0700 if missing, must pass `check_dir` (a symlink to a folder of
-    ours is fine here: the user may keep memory elsewhere); else memd does not start."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+def check_memory_dir(path: Path) -> None:
+    """memory_dir must pass `check_dir` (a symlink to a folder of ours is fine here: the
+    user may keep memory elsewhere), and so must the folders above it by the socket's
+    rule (`check_chain`): whoever can write one of them can rename memory_dir away and
+    put their own folder in its place, where memd would write acknowledged transcripts.
+    Checked at start and whenever a client folder is opened."""
     try:
         check_dir(path, follow=True)
+        check_chain(path.parent, "memory_dir", "folder")
     except UntrustedPath as exc:
-        raise UntrustedPath(exc.path, f"(memory_dir) {exc.problem}", exc.fix) from None
+        raise UntrustedPath(exc.path, f"(memory_dir {path}) {exc.problem}", exc.fix) from None
+
+
+def ensure_memory_dir(path: Path) -> None:
+    """memory_dir, created 0700 if missing, must pass `check_memory_dir`; else memd does
+    not start."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_memory_dir(path)

@@ -10,13 +10,20 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests.support.daemon import DaemonProcess, base_config, write_config
+from tests.support.daemon import DaemonProcess, base_config, stop_all, write_config
 
 # CI runs the fuzzers on a fixed seed so that a landing never depends on luck; locally
 # every run explores new inputs (and hypothesis replays the failures it found).
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_daemons_end_with_the_session() -> Iterator[None]:
+    """Whatever a test left running stops here (a killed session: PR_SET_PDEATHSIG)."""
+    yield
+    stop_all()
 
 
 @pytest.fixture

@@ -224,3 +224,23 @@ def test_install_runs_the_sandboxed_daemon_and_uninstall_undoes_it(manager) -> N
     assert manager.run(memd, "service", "status").returncode == 3
     memory = manager.home / ".localrouter" / "memory" / "demo" / "sessions"
     assert any(memory.iterdir())  # uninstall keeps the memories
+
+
+def test_install_without_a_user_manager_says_what_to_do_and_leaves_nothing(
+    user: User, tmp_path: Path
+) -> None:
+    """No `systemd --user` to talk to (a container, a shell without a login session):
+    the install fails naming `loginctl enable-linger` and `memd run`, points at no
+    journal, and leaves no unit, no ~/.config/systemd, no folder behind (issue 24)."""
+    bus = tmp_path / "no-bus"  # a user bus that is not there, whatever this machine has
+    assert user.memd("init", "--client", "demo").code == 0
+    before = sorted(p.relative_to(user.home) for p in user.home.rglob("*"))
+    done = user.memd(
+        "service", "install", DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus}",
+        XDG_RUNTIME_DIR=str(tmp_path / "no-runtime"),
+    )  # fmt: skip
+    assert done.code != 0
+    assert "loginctl enable-linger" in done.err and "memd run" in done.err, done.err
+    assert "journalctl" not in done.err + done.out
+    assert not (user.home / ".config" / "systemd").exists()
+    assert sorted(p.relative_to(user.home) for p in user.home.rglob("*")) == before

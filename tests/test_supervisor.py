@@ -696,3 +696,51 @@ def test_reset_remove_replace_and_status() -> None:
     assert "idle" not in sup and spawner.of("w")[-2].released
     sup.step(10.0)
     assert len(spawner.of("w")) == 3
+
+
+def test_a_busy_starting_child_is_not_killed_while_its_progress_moves() -> None:
+    """Issue 24: a watcher indexing a 35 MB session missed readiness for 60 s three times
+    and went FATAL for good. A child whose progress probe keeps changing is starting, not
+    stuck; one whose progress stops is killed ready_timeout after its last change."""
+    work = {"done": 0}
+    child, spawner = make_child(
+        ready=lambda: False, ready_timeout=20.0, progress=lambda pid: work["done"]
+    )
+    child.start(0.0)
+    for t in range(1, 200):  # 200 s of work, ten times ready_timeout
+        work["done"] += 1
+        child.step(float(t))
+        assert child.state == S.STARTING, t
+    assert spawner.procs[0].signals == []
+    child.step(218.5)  # no progress since t=199
+    assert child.state == S.STARTING and spawner.procs[0].signals == []
+    child.step(219.0)
+    assert spawner.procs[0].signals == [signal.SIGKILL]
+    assert child.last_error is not None and child.last_error.startswith("not ready after 219")
+
+
+def test_a_child_with_no_progress_is_killed_after_ready_timeout_as_before() -> None:
+    child, spawner = make_child(ready=lambda: False, ready_timeout=20.0, progress=lambda pid: 7)
+    child.start(0.0)
+    child.step(10.0)
+    assert child.state == S.STARTING
+    child.step(20.0)
+    assert spawner.procs[0].signals == [signal.SIGKILL]
+
+
+def test_a_fatal_child_with_a_retry_period_is_started_again_after_it() -> None:
+    """Issue 24: a watcher that went FATAL stopped its client's indexing for good. With
+    fatal_retry_after, FATAL is a long pause, not the end; without it, it stays FATAL."""
+    for retry_after, expect_again in ((600.0, True), (0.0, False)):
+        sup, spawner, _ = make_supervisor(auto=0.0)
+        sup.add(make_spec(startretries=0, fatal_retry_after=retry_after))
+        sup.step(0.0)
+        spawner.procs[-1].exit(1)
+        sup.step(0.5)
+        assert sup.status()["w"].state == S.FATAL
+        sup.step(599.0)
+        assert sup.status()["w"].state == S.FATAL and len(spawner.procs) == 1
+        sup.step(600.5)
+        sup.step(600.6)
+        assert (sup.status()["w"].state == S.STARTING) is expect_again, retry_after
+        assert len(spawner.procs) == (2 if expect_again else 1)

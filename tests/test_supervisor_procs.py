@@ -20,7 +20,7 @@ import pytest
 from memd.indexing import watcher_ready
 from memd.supervision.child import ChildSpec
 from memd.supervision.childlogs import redact_argv, rotate_log
-from memd.supervision.procs import PopenSpawner, cmdline_matches, reap_leftovers
+from memd.supervision.procs import PopenSpawner, activity, cmdline_matches, reap_leftovers
 from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
 from tests.support.processes import gone, wait_until
@@ -488,3 +488,46 @@ def test_real_memsearch_watch_stops_cleanly_on_sigint(
     assert (status.last_exit_code, status.last_signal) == (0, None)
     assert "Indexed 1 chunks." in log.read_text()
     assert "Stopping watcher." in log.read_text()  # its KeyboardInterrupt cleanup ran
+
+
+BUSY_THEN_READY = """
+import pathlib, sys, time
+out, seconds = pathlib.Path(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+with open(str(out) + ".work", "wb") as f:
+    while time.monotonic() < end:
+        f.write(b"x" * 4096)  # an initial scan: CPU and writes, no readiness yet
+        sum(range(20000))
+out.write_text("ready")
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_child_busy_past_ready_timeout_is_not_killed(
+    tmp_path: Path, supervisor: Supervisor, busy: bool
+) -> None:
+    """A real child that works for 3 x ready_timeout before it is ready becomes RUNNING
+    unkilled (its CPU time and writes move, `procs.activity`); one that only sleeps as
+    long is killed at ready_timeout, as before (issue 24, item 9)."""
+    ready = tmp_path / "ready"
+    code = BUSY_THEN_READY if busy else "import sys, time; time.sleep(300)"
+    supervisor.add(
+        ChildSpec(
+            name="scan",
+            argv=(PY, "-c", code, str(ready), "6"),
+            startsecs=0.0,
+            ready=ready.exists,
+            ready_timeout=2.0,
+            startretries=0,
+            progress=activity,
+            log_path=tmp_path / "scan.log",
+        )
+    )
+    if busy:
+        assert asyncio.run(supervisor.wait_ready("scan", timeout=60.0))
+        status = supervisor.status()["scan"]
+        assert status.state == S.RUNNING and status.restarts == 0, status
+    else:
+        wait_until(lambda: supervisor.status()["scan"].state == S.FATAL, 30, supervisor)
+        assert "not ready after" in (supervisor.status()["scan"].last_error or "")

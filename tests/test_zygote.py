@@ -8,6 +8,7 @@ except in the test that forks the real index server; the daemon-level tests (rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -52,16 +53,18 @@ class Rig:
         self.sup = Supervisor(spawner=self.spawner, tick=0.02, poll=0.02)
         self.spawner.zygote_ready = lambda: self.sup.is_ready(ZYGOTE_NAME)
         if enabled:
-            self.sup.add(
-                zygote_spec(
-                    tmp / "zygote.sock",
-                    tmp / "zygote.log",
-                    tmp / "zygote.pid",
-                    modules=modules,
-                    preload=preload,
-                    home=tmp,
-                )
+            spec = zygote_spec(
+                tmp / "zygote.sock",
+                tmp / "zygote.log",
+                tmp / "zygote.pid",
+                modules=modules,
+                preload=preload,
+                home=tmp,
             )
+            # The zygote starts in `/` with PYTHONSAFEPATH: the test target is found
+            # through PYTHONPATH, never through the working directory.
+            env = {**(spec.env or {}), "PYTHONPATH": str(REPO)}
+            self.sup.add(dataclasses.replace(spec, env=env))
             assert asyncio.run(self.sup.wait_ready(ZYGOTE_NAME, 120)), self.log("zygote")
 
     def add(self, name: str, mode: str = "run", **kw: object) -> Path:

@@ -8,6 +8,8 @@ exclusively (0600, in a 0700 folder): an existing config is never overwritten.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -53,10 +55,33 @@ TEMPLATE = """\
 # llm_model = ""
 # base_url = ""
 # api_key = ""
+# max_input_tokens_per_day = {c.max_input_tokens_per_day}    # over all clients; 0: no cap
+# max_input_tokens_per_day_per_client = {c.max_input_tokens_per_day_per_client}
 
 # [milvus]
 # uri = ""                    # empty: a Milvus Lite index per client; else a Milvus server
 # token = ""
+
+# [proxy]                     # `memd run` serves the proxy once upstream_base_url is set
+# listen = {p[listen]}
+# upstream_base_url = {p[upstream_base_url]}
+# upstream_api_key = {p[upstream_api_key]}      # "env:VAR" reads the variable
+# connect_timeout_seconds = {p[connect_timeout_seconds]}
+# read_timeout_seconds = {p[read_timeout_seconds]}
+# max_tool_rounds = {p[max_tool_rounds]}
+# allow_non_loopback = {p[allow_non_loopback]}
+
+# [recall]                    # ranking and filtering (docs/quality.md)
+# bm25_weight = {r[bm25_weight]}
+# min_score = {r[min_score]}
+# drop_below = {r[drop_below]}
+# follow_questions = {r[follow_questions]}
+
+# [limits]                    # bounds that keep one caller from stalling the others
+# max_connections = {l[max_connections]}
+# max_buffered_mib = {l[max_buffered_mib]}
+# recall_queue = {l[recall_queue]}
+# index_exchange_kib = {l[index_exchange_kib]}
 
 # [supervision]               # read at start only
 # zygote = {zygote}               # fork children from one preloaded process
@@ -67,7 +92,22 @@ TEMPLATE = """\
 [clients.{client}]
 memory_enabled = true
 mode = "{mode}"
+# inject_recall = {inject}        # the proxy adds the recall tool to this client's requests
 """
+
+
+def _toml_values(table: object) -> dict[str, str]:
+    """A config table's defaults, each written as TOML (for the template's comments)."""
+    out = {}
+    for item in dataclasses.fields(table):  # type: ignore[arg-type]
+        value = getattr(table, item.name)
+        if isinstance(value, bool):
+            out[item.name] = str(value).lower()
+        elif isinstance(value, str):
+            out[item.name] = json.dumps(value)
+        else:
+            out[item.name] = repr(value)
+    return out
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -120,6 +160,11 @@ def render(client: str, mode: str) -> str:
         zygote=str(top.supervision.zygote).lower(),
         shared=str(top.supervision.shared_index_server).lower(),
         memory_modes=", ".join(MEMORY_MODES),
+        c=top.compaction,
+        p=_toml_values(top.proxy),
+        r=_toml_values(top.recall),
+        l=_toml_values(top.limits),
+        inject=str(ClientConfig().inject_recall).lower(),
     )
 
 

@@ -8,6 +8,7 @@ a failed install leaves nothing behind. `--print` only writes the file to stdout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -116,9 +117,13 @@ def cmd_install(args: argparse.Namespace) -> int:
         )
     if not config.enabled_clients():
         print(f"memd: warning: no client in {plan.config_path} has memory on", file=sys.stderr)
+    if args.manager == "systemd" and (missing := _no_user_manager()):
+        print(missing, file=sys.stderr)
+        return EXIT_ERROR
+    target = service_file(args.manager)
+    made = [d for folder in (*plan.writable, target.parent) for d in _missing_dirs(folder)]
     for folder in plan.writable:  # the sandbox can only grant folders that exist
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target = service_file(args.manager)
     previous = target.read_bytes() if target.exists() else None
     existed = previous is not None
     _write(target, content)
@@ -126,6 +131,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     failure = _run_all(steps)
     if failure:
         _roll_back(args.manager, target, previous)
+        for folder in sorted(set(made), key=lambda d: len(d.parts), reverse=True):
+            with contextlib.suppress(OSError):  # only if still empty: never what is in it
+                folder.rmdir()
         left = "the service was left as it was" if existed else "nothing was installed"
         print(
             f"memd: {failure}\nmemd: {left}; logs: {_logs_hint(args.manager)}; "
@@ -184,6 +192,31 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     print(f"logs     {_logs_hint(args.manager)}")
     return EXIT_OK if running else EXIT_UNAVAILABLE
+
+
+def _no_user_manager() -> str | None:
+    """Why there is no `systemd --user` to install into (with what to do), or None."""
+    done = _run(["systemctl", "--user", "show-environment"])
+    if done.returncode == 0:
+        return None
+    detail = (done.stderr or done.stdout).strip().splitlines()
+    return (
+        f"memd: no systemd user manager to install into (`systemctl --user`: "
+        f"{detail[0] if detail else f'exit {done.returncode}'}); nothing was written.\n"
+        "memd: either run memd in the foreground with `memd run` (in tmux, or from your "
+        "own init), or give your user a manager that runs without a login session, "
+        "`loginctl enable-linger $USER`, log in again and rerun `memd service install`"
+    )
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet (an install that fails
+    removes the ones it made, if they are still empty)."""
+    out = []
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
 
 
 def _roll_back(manager: str, target: Path, previous: bytes | None) -> None:

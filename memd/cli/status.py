@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(
         f"memd {status['version']}  pid {status['pid']}  "
-        f"up {duration(status['uptime_seconds'])}  rss {status['rss_bytes'] // 2**20} MB"
+        f"up {duration(status['uptime_seconds'])}  memory {footprint(status)}"
     )
     print(
         f"config   {status['config_path']}"
@@ -204,6 +204,15 @@ def failure_line(client_id: str, failure: dict[str, Any]) -> str:
         f"{client_id} session {failure['session_id']}: compaction failed "
         f"({attempts}{retry}): {failure.get('last_error') or 'no error recorded'}"
     )
+
+
+def footprint(status: dict[str, Any]) -> str:
+    """The whole tree's PSS (memd and every child), with memd's own RSS beside it."""
+    own = f"{status['rss_bytes'] // 2**20} MB"
+    if not status.get("tree_pss_bytes"):
+        return f"{own} (memd alone)"
+    children = status["tree_processes"] - 1
+    return f"{status['tree_pss_bytes'] // 2**20} MB PSS with {children} children (memd {own})"
 
 
 def memory_word(c: dict[str, Any]) -> str:

@@ -14,12 +14,13 @@ import psutil
 import structlog
 import watchfiles
 
-from memd import __version__, heap, trust
+from memd import __version__, fds, heap, trust
 from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.daemon.notify import SystemdNotifier
 from memd.daemon.runtime import Runtime
 from memd.rpc import RpcServer
+from memd.supervision.procs import tree_pss
 
 log = structlog.get_logger()
 
@@ -238,6 +239,7 @@ class Daemon:
             "state": "running" if self.ready else "starting",
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "rss_bytes": psutil.Process().memory_info().rss,  # memd alone, children below
+            **self._footprint(),
             "config_path": str(self.config_path),
             "config_loaded": cfg.source is not None,
             "config_error": self.config_error,
@@ -250,6 +252,18 @@ class Daemon:
             "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
             **{service.name: service.status() for service in self.services},
         }
+
+    def _footprint(self, every: float = 10.0) -> dict[str, int]:
+        """memd and every child it runs, in PSS (see procs.tree_pss); read at most every
+        `every` seconds, since smaps of a dozen processes is not free and status is
+        polled."""
+        now = time.monotonic()
+        cached = getattr(self, "_footprint_cache", None)
+        if cached is None or now - cached[0] >= every:
+            pss, count = tree_pss(os.getpid())
+            cached = (now, {"tree_pss_bytes": pss, "tree_processes": count})
+            self._footprint_cache = cached
+        return cached[1]
 
     def client_status(self, client_id: str) -> dict[str, Any]:
         client = self.config.clients[client_id]
@@ -317,6 +331,8 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 def run_daemon(config_path: Path, config: Config, services: Sequence[Service] = ()) -> int:
     """Entry point for `memd run`; `services` are the front ends it runs beside the socket."""
     heap.tune()  # before any thread starts: see memd/heap.py
+    before, after = fds.raise_open_files()  # see memd/fds.py; children inherit it
+    log.info("memd.open_files", soft_before=before, soft=after)
     os.umask(trust.PRIVATE_UMASK)  # every file memd and its children create: 0600 / 0700
     trust.ensure_memory_dir(config.memory_dir)
     return asyncio.run(Daemon(config_path, config, services=services).run())

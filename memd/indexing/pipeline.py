@@ -31,7 +31,7 @@ from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.shared_index import SHARED_NAME, SharedIndex
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.supervision import ChildSpec, Supervisor
+from memd.supervision import ChildSpec, Supervisor, procs
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 log = structlog.get_logger()
@@ -39,6 +39,7 @@ log = structlog.get_logger()
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
 IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
+FATAL_RETRY_AFTER = 600.0  # seconds a FATAL watcher or index server waits, then retries
 CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
 
 # What the zygote forks, and what it imports first: everything a watcher and an index
@@ -265,6 +266,10 @@ class Pipelines:
                 stop_signal=signal.SIGINT,
                 stop_timeout=10.0,
                 ready=ready,
+                # An initial scan of a large session takes minutes: busy is not stuck.
+                progress=procs.activity,
+                # FATAL is a pause: a client's indexing never stops for good.
+                fatal_retry_after=FATAL_RETRY_AFTER,
                 restart_at_once=True,
             ),
             requires=requires,

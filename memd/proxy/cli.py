@@ -103,6 +103,15 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(serve_standalone(path, config))
     except OSError as exc:
+        from memd.proxy.service import served_by_memd
+
+        if url := asyncio.run(served_by_memd(config)):
+            print(
+                f"memd: `memd run` already serves the proxy at {url}; point your app there "
+                f"(a second proxy needs another [proxy] listen address)",
+                file=sys.stderr,
+            )
+            return EXIT_UNAVAILABLE
         print(
             f"memd: cannot listen on {config.proxy.listen}: {exc.strerror or exc}", file=sys.stderr
         )

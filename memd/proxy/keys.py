@@ -39,8 +39,11 @@ class _Cached:
 
 
 def parse_key(token: str) -> str | None:
-    """The client id a well-formed key names, or None for anything else."""
-    if not token.startswith(PREFIX):
+    """The client id a well-formed key names, or None for anything else.
+
+    memd's keys are ASCII; a header with other characters (aiohttp hands them over as
+    surrogate escapes, which `str.encode` refuses) is malformed, a 401 like any other."""
+    if not token.isascii() or not token.startswith(PREFIX):
         return None
     client_id, sep, secret = token[len(PREFIX) :].partition("~")
     if not sep or not secret or "~" in secret or not CLIENT_ID_RE.match(client_id):

@@ -20,7 +20,9 @@ import structlog
 from aiohttp import web
 
 from memd.config import Config, ConfigError, load_config
+from memd.fds import raise_open_files
 from memd.proxy.keys import KeyStore
+from memd.proxy.listener import HEADER_TIMEOUT, CappedListener
 from memd.proxy.recorder import Recorder, Stats
 from memd.proxy.rpc import AsyncMemdClient
 from memd.proxy.server import ProxyApp
@@ -41,6 +43,7 @@ class ProxyServer:
         self.url: str | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: CappedListener | None = None
 
     async def start(self) -> None:
         host, port = self.config().proxy.address
@@ -51,24 +54,29 @@ class ProxyServer:
         )
         app = ProxyApp(self.config, self.rpc, self.keys, self.stats, self.recorder, self._session)
         runner = web.AppRunner(
-            app.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+            app.application(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=5.0,
+            keepalive_timeout=HEADER_TIMEOUT,  # also the deadline of a request's head
         )
         await runner.setup()
+        listener = CappedListener(runner)
         try:
-            site = web.TCPSite(runner, host, port, reuse_address=True)
-            await site.start()
+            bound = await listener.start(host, port)
         except BaseException:
             await runner.cleanup()
             await self._session.close()
             raise
-        self._runner = runner
-        bound = runner.addresses[0]
+        self._runner, self._listener = runner, listener
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/v1"
         log.info("proxy.listening", url=self.url, upstream=self.config().proxy.upstream_base_url)
 
     async def close(self) -> None:
         runner, self._runner = self._runner, None
+        if self._listener is not None:
+            await self._listener.close()
         if runner is not None:
             await runner.cleanup()
         await self.recorder.drain()
@@ -85,6 +93,8 @@ class ProxyServer:
             "url": self.url,
             "upstream": self.config().proxy.upstream_base_url,
             **self.stats.as_dict(),
+            "max_connections": self._listener.cap if self._listener else None,
+            "refused_connections": self._listener.refused if self._listener else 0,
         }
 
 
@@ -168,6 +178,7 @@ def _signature(path: Path) -> tuple[int, int] | None:
 
 async def serve_standalone(path: Path, config: Config) -> int:
     """`memd proxy`: serve until SIGINT/SIGTERM, talking to the memd at config.socket."""
+    raise_open_files()  # as `memd run` does: see memd/fds.py
     server = ProxyServer(_FileConfig(path, config))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -180,3 +191,24 @@ async def serve_standalone(path: Path, config: Config) -> int:
     finally:
         await server.close()
     return 0
+
+
+async def served_by_memd(config: Config) -> str | None:
+    """The URL of the proxy the `memd run` at config.socket serves on config's address,
+    or None (no memd, no proxy there, or another address): for `memd proxy`, whose
+    "address already in use" would otherwise hide that the proxy is already running."""
+    rpc = AsyncMemdClient(config.socket, timeout=5.0)
+    try:
+        status = await rpc.call("daemon.status")
+    except Exception:  # any failure means "cannot tell"
+        return None
+    finally:
+        await rpc.close()
+    proxy = status.get("proxy") if isinstance(status, dict) else None
+    if not isinstance(proxy, dict) or proxy.get("state") != "running":
+        return None
+    url = proxy.get("url")
+    if not isinstance(url, str):
+        return None
+    port = config.proxy.address[1]
+    return url if url.rsplit("/", 1)[0].endswith(f":{port}") and port else None

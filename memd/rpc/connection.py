@@ -80,8 +80,7 @@ class Connection:
         try:
             await self._read_lines()
         finally:
-            self._server.buffered -= len(self._pending)
-            self._pending.clear()
+            self._drop_unfinished()
 
     async def _next_line(self) -> bytes | None:
         """The next line (None: the connection is done), holding its unfinished part in
@@ -100,22 +99,29 @@ class Connection:
                 chunk = await self._reader.read(READ_CHUNK)
             except OSError:
                 return None
-            if not chunk:  # EOF: an unterminated last line still counts as a line
-                if not pending:
-                    return None
-                pending += b"\n"
-                server.buffered += 1
-                end = len(pending) - 1
-                break
+            if not chunk:  # EOF: see _drop_unfinished
+                self._drop_unfinished()
+                return None
             pending += chunk
             server.buffered += len(chunk)
         if end > self._max_line:
             await self._refuse_oversize()
             return None
-        line = bytes(pending[: end + 1])
+        with memoryview(pending) as view:  # one copy of the line, not two
+            line = view[: end + 1].tobytes()
         del pending[: end + 1]
         server.buffered -= len(line)
         return line
+
+    def _drop_unfinished(self) -> None:
+        """An unfinished line at the end of the stream is not a message: the client
+        went away (or gave up) mid-line. It is dropped unread; copying, decoding and
+        answering megabytes nobody will read once kept 667 MB after 60 such lines of
+        8 MiB closed (issue 24). The buffer itself is released, not just emptied."""
+        if self._pending:
+            log.info("rpc.unfinished_line_dropped", bytes=len(self._pending))
+        self._server.buffered -= len(self._pending)
+        self._pending = bytearray()
 
     async def _read_lines(self) -> None:
         while (line := await self._next_line()) is not None:

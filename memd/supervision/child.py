@@ -71,8 +71,11 @@ class ChildSpec:
     KeyboardInterrupt (memsearch watch skips it on SIGTERM), as watchfiles does.
     ready, if given, must be cheap and non-blocking (it runs on the event loop every tick):
     a child is RUNNING only once it is up startsecs *and* ready() is true; if it is not
-    ready within ready_timeout it is SIGKILLed and counts as a fast failure. ready is not
-    part of equality, so specs built twice from the same config compare equal.
+    ready within ready_timeout it is SIGKILLed and counts as a fast failure, unless
+    `progress` (given the pid: any value that changes while the child works, e.g. its
+    CPU time and I/O, `procs.activity`) changed within the last ready_timeout: a child
+    busy with a long start (a watcher's initial scan of a 35 MB session) is not stuck.
+    ready and progress are not part of equality, so specs built twice compare equal.
     """
 
     name: str
@@ -91,6 +94,8 @@ class ChildSpec:
     kill_timeout: float = 5.0
     ready: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
     ready_timeout: float = 60.0
+    progress: Callable[[int], object] | None = field(default=None, compare=False, repr=False)
+    fatal_retry_after: float = 0.0  # > 0: FATAL is a pause of this many seconds, then reset
     log_max_bytes: int = 5 * 1024 * 1024
     log_backups: int = 3
     restart_at_once: bool = False
@@ -106,6 +111,7 @@ class ChildSpec:
             object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         numbers: tuple[str, ...] = ("startsecs", "reset_after", "stop_timeout", "kill_timeout")
         numbers += ("ready_timeout", "startretries", "log_max_bytes", "log_backups")
+        numbers += ("fatal_retry_after",)
         for name in numbers:
             if getattr(self, name) < 0:
                 raise ValueError(f"{self.name}: {name} must be >= 0")
@@ -203,6 +209,9 @@ class Child:
         self.state: str = S.STOPPED
         self.proc: Proc | None = None
         self.spawned_at: float | None = None
+        self._progress: tuple[object, float] | None = None
+        self._slow_logged = False
+        self._fatal_at: float | None = None  # when a FATAL with fatal_retry_after began
         self.running_since: float | None = None
         self.next_start_at: float | None = None
         self.stop_deadline: float | None = None
@@ -262,6 +271,7 @@ class Child:
         self.retries = 0
         self._healthy()
         self.log_tail = ""
+        self._fatal_at = None
         self._change_state(S.STOPPED)
         return True
 
@@ -286,6 +296,11 @@ class Child:
             self._check_running(now)
         elif self.state == S.STOPPING:
             self._check_stopping(now)
+        elif self.state == S.FATAL and self.spec.fatal_retry_after > 0:
+            self._fatal_at = self._fatal_at if self._fatal_at is not None else now
+            if now - self._fatal_at >= self.spec.fatal_retry_after:
+                self._log.warning("child.fatal_retried", after=self.spec.fatal_retry_after)
+                self.reset()  # STOPPED: the supervisor starts it again if still wanted
         if self.state in WAITING_STATES and can_spawn:
             assert self.next_start_at is not None
             if now >= self.next_start_at:
@@ -297,6 +312,8 @@ class Child:
         self.spawned_at = now
         self.running_since = self.next_start_at = self.stop_deadline = self.killed_at = None
         self._next_housekeep = now + HOUSEKEEP_EVERY
+        self._progress = None  # (last value of spec.progress, when it changed)
+        self._slow_logged = False
         try:
             self.proc = self._spawner.spawn(self.spec)
         except Exception as exc:  # whatever the seam raises is a failed start
@@ -318,6 +335,8 @@ class Child:
             self.running_since = now
             self.retries = 0
             self._change_state(S.RUNNING)
+        elif self._progressing(now):
+            return
         elif up >= self.spec.ready_timeout:
             self.last_error = f"not ready after {up:.1f}s"
             self._log.warning("child.not_ready", up=round(up, 1))
@@ -398,6 +417,25 @@ class Child:
             return
         self.next_start_at = now + self.delay
         self.delay = min(self.delay * 2, self.spec.backoff_cap)
+
+    def _progressing(self, now: float) -> bool:
+        """Whether the starting child's progress probe changed within ready_timeout
+        (sampled every tick; the first sample counts from the spawn)."""
+        if self.spec.progress is None or self.proc is None or self.spawned_at is None:
+            return False
+        try:
+            value = self.spec.progress(self.proc.pid)
+        except Exception:  # a failing probe shows no progress
+            value = None
+        if self._progress is None:
+            self._progress = (value, self.spawned_at)
+        elif value is not None and value != self._progress[0]:
+            self._progress = (value, now)
+        busy = now - self._progress[1] < self.spec.ready_timeout
+        if busy and now - self.spawned_at >= self.spec.ready_timeout and not self._slow_logged:
+            self._slow_logged = True
+            self._log.info("child.still_starting", up=round(now - self.spawned_at, 1))
+        return busy
 
     def _is_ready(self) -> bool:
         if self.spec.ready is None:

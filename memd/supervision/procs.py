@@ -27,6 +27,14 @@ PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process. Spa
 from a thread that lives as long as memd: the event loop thread (Supervisor.step is called
 there). On macOS there is no PDEATHSIG; pidfiles and `reap_leftovers` cover that case.
 
+Where a child starts, and what it imports: a child without a folder of its own starts in
+`/` (`TRUSTED_CWD`), not in memd's working directory, and every child's environment has
+PYTHONSAFEPATH=1 (`child_env`, Python's `-P`): `python -m X` would otherwise put its
+working directory first on the import path, and memd may be started from a folder another
+user can write (`cd /tmp && memd run`), where a planted `truststore.py` or `memd/` would
+run as memd's uid. PYTHONSAFEPATH is inherited, so it covers grandchildren and the
+zygote's forks too (they inherit its import path).
+
 Logs (`memd.supervision.childlogs`): stdout and stderr of the child go straight to its log
 file, rotated by size.
 """
@@ -41,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +64,8 @@ if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec
 
 log = structlog.get_logger()
+
+TRUSTED_CWD = "/"  # a child's working directory when its spec names none (see above)
 
 _TRAMPOLINE = """\
 import os, signal, sys
@@ -78,12 +88,55 @@ _HAS_WAITID = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
 _CREATE_TIME_SLACK = 1.0  # /proc/stat btime can jitter by a second between reads
 
 
+def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """A child's environment (memd's when `env` is None), never with the working
+    directory on a Python child's import path (see the module docstring)."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONSAFEPATH"] = "1"
+    return out
+
+
+def tree_pss(pid: int) -> tuple[int, int]:
+    """(bytes, processes): the proportional set size of `pid` and all its descendants.
+
+    PSS splits a page shared by N processes N ways, so the zygote's forks (which share
+    its preloaded libraries) add up to what the tree really costs, unlike a sum of RSS.
+    Processes that vanish or cannot be read are left out; RSS stands in where PSS is
+    not available (no /proc/<pid>/smaps_rollup)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    total = counted = 0
+    for proc in tree:
+        try:
+            info = proc.memory_full_info()
+            total += getattr(info, "pss", info.rss)
+            counted += 1
+        except (psutil.Error, OSError):
+            continue
+    return total, counted
+
+
+def activity(pid: int) -> tuple[float, int, int] | None:
+    """CPU seconds and bytes read and written by `pid` so far: it changes while the
+    process works (a ChildSpec's `progress` probe); None when it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        cpu = proc.cpu_times()
+        io = proc.io_counters()
+    except (psutil.Error, AttributeError, OSError):
+        return None
+    return (cpu.user + cpu.system, getattr(io, "read_chars", 0), getattr(io, "write_chars", 0))
+
+
 class PopenSpawner:
     """Starts children for real (see the module docstring for how and why)."""
 
     def spawn(self, spec: ChildSpec) -> PopenProc:
-        env = dict(spec.env) if spec.env is not None else None
-        search_path = (env or os.environ).get("PATH", os.defpath)
+        env = child_env(spec.env)
+        search_path = env.get("PATH", os.defpath)
         if os.sep not in spec.argv[0] and shutil.which(spec.argv[0], path=search_path) is None:
             raise FileNotFoundError(f"{spec.argv[0]!r} not found on PATH")
         out = open_log(spec)
@@ -93,7 +146,7 @@ class PopenSpawner:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=spec.cwd,
+                cwd=spec.cwd if spec.cwd is not None else TRUSTED_CWD,
                 env=env,
                 start_new_session=True,
                 close_fds=True,

@@ -144,8 +144,7 @@ def _max_fd() -> int:
 def _environment(job: Job) -> None:
     os.environ.clear()
     os.environ.update(job.env)
-    if job.cwd is not None:
-        os.chdir(job.cwd)
+    os.chdir(job.cwd if job.cwd is not None else "/")  # never the zygote's start folder
     spec = __import__("importlib.util").util.find_spec(job.module)
     origin = spec.origin if spec is not None and spec.origin else job.module
     sys.argv = [origin, *job.argv[3:]]

@@ -206,13 +206,13 @@ class ZygoteSpawner:
             self._down_logged = True
 
     def _request(self, spec: ChildSpec) -> int:
-        env = dict(spec.env) if spec.env is not None else dict(os.environ)
+        env = procs.child_env(spec.env)
         message = json.dumps(
             {
                 "op": "spawn",
                 "argv": list(spec.argv),
                 "env": env,
-                "cwd": str(spec.cwd) if spec.cwd is not None else None,
+                "cwd": str(spec.cwd) if spec.cwd is not None else procs.TRUSTED_CWD,
                 "parent": os.getpid(),
             }
         ).encode()

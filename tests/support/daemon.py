@@ -1,7 +1,16 @@
-"""Start a real `memd run` in a subprocess, talk to it over its real socket."""
+"""Start a real `memd run` in a subprocess, talk to it over its real socket.
+
+A test daemon dies with the test session however the session ends (issue 24: a pytest
+stopped with Ctrl-C or killed left `memd run` and its children under pid 1): it is
+started through a launcher that sets PR_SET_PDEATHSIG (Linux), every one still running
+at the end of the session is stopped (`stop_all`, from conftest), and its runtime files
+(the zygote's socket) go to a folder beside its config, not to the user's
+$XDG_RUNTIME_DIR.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +24,32 @@ import tomli_w
 from memd.cli.client import ClientError, MemdClient
 
 REPO = Path(__file__).resolve().parents[2]
+
+# Runs in the child before memd: SIGKILL when the test process goes away (checked once
+# after the prctl, for a parent that died in between), then exec memd.
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(70)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+_RUNNING: list[DaemonProcess] = []
+
+
+def die_with_us(argv: list[str]) -> list[str]:
+    """argv, started so that it is killed when this (the test) process dies."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+
+
+def stop_all() -> None:
+    """Stop every test daemon still running (the session's end)."""
+    while _RUNNING:
+        proc = _RUNNING.pop()
+        with contextlib.suppress(Exception):
+            proc.stop(timeout=10)
 
 
 def write_config(path: Path, data: dict[str, Any]) -> Path:
@@ -43,7 +78,14 @@ class DaemonProcess:
 
     def __init__(self, config_path: Path, env: dict[str, str] | None = None) -> None:
         self.config_path = config_path
-        self.env = {**os.environ, "HOME": str(config_path.parent / "home"), **(env or {})}
+        runtime = config_path.parent / "xdg"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "HOME": str(config_path.parent / "home"),
+            "XDG_RUNTIME_DIR": str(runtime),
+            **(env or {}),
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config_path.parent / "memd.log"
 
@@ -56,7 +98,9 @@ class DaemonProcess:
     def start(self, wait: bool = True, timeout: float = 60.0) -> DaemonProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memd.cli", "run", "--config", str(self.config_path)],
+            die_with_us(
+                [sys.executable, "-m", "memd.cli", "run", "--config", str(self.config_path)]
+            ),
             stdout=log,
             stderr=log,
             env=self.env,
@@ -64,6 +108,7 @@ class DaemonProcess:
             start_new_session=True,
         )
         log.close()
+        _RUNNING.append(self)
         if wait:
             self.wait_ready(timeout)
         return self

@@ -1,7 +1,9 @@
 """The `memd forget`, `memd export` and `memd import` commands.
 
-`forget` shows what a recall query would remove and asks before removing it (on a
-terminal; `--yes` skips the question, and is required when stdin is not a terminal).
+`forget` asks before removing anything (on a terminal; `--yes` skips the question, and
+is required when stdin is not a terminal). With `--query` it first lists the exchanges
+recall finds relevant (a dry run of `memory.forget`) and then forgets exactly those;
+either way it prints what it removed, by time, place and title.
 `export` streams every exchange page by page, as JSON lines or as markdown, so a whole
 history is never held in memory. `import` reads export's JSON lines back into a client
 through `memory.record_exchange` with each exchange's own timestamp, and an exchange id
@@ -39,7 +41,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     forget.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
     forget.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
-    forget.add_argument("--query", metavar="TEXT", help="the exchanges recall finds for TEXT")
+    forget.add_argument(
+        "--query",
+        metavar="TEXT",
+        help="the exchanges recall finds relevant to TEXT (refused when none is)",
+    )
     forget.add_argument("--all", action="store_true", help="everything of this client")
     forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     forget.add_argument("--json", action="store_true", help="print the raw JSON")
@@ -106,13 +112,11 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 )
                 return EXIT_USAGE
             if args.query is not None:
-                shown = client.call(
-                    "memory.recall", {"client_id": args.client, "query": args.query}
-                )
-                if not shown["results"]:
-                    print("nothing found for that query")
-                    return EXIT_OK
-                print(shown["text"])
+                preview = client.call("memory.forget", {**params, "dry_run": True})
+                print("These exchanges are relevant to the query:")
+                _print_listed(preview)
+                if preview["forgotten"]:  # never more than was shown
+                    params = _exact(args.client, preview)
             answer = input(f"Forget {_what(args)} of {args.client} for good? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing forgotten")
@@ -126,7 +130,28 @@ def cmd_forget(args: argparse.Namespace) -> int:
             f"forgot {r['exchanges']} exchange(s): {r['files']} file(s) changed, "
             f"{r['index_rows']} index row(s) dropped"
         )
+        _print_listed(result)
     return EXIT_OK
+
+
+def _print_listed(result: dict[str, Any]) -> None:
+    """One line per exchange a forget names: when, where, and its conversation's title."""
+    for e in result.get("forgotten", []):
+        title = f" — {e['title']}" if e.get("title") else ""
+        print(
+            f"  {e['time']} · session {e['session_id']} · conversation {e['conversation']}"
+            f" · exchange {e['exchange']}{title}"
+        )
+    if result.get("forgotten_more"):
+        print(f"  … and {result['forgotten_more']} more")
+
+
+def _exact(client_id: str, preview: dict[str, Any]) -> dict[str, Any]:
+    """memory.forget params for exactly the exchanges a dry run listed."""
+    keys = [
+        {k: e[k] for k in ("session_id", "conversation", "exchange")} for e in preview["forgotten"]
+    ]
+    return {"client_id": client_id, "exchanges": keys}
 
 
 def _what(args: argparse.Namespace) -> str:

@@ -66,9 +66,11 @@ class Runtime:
         self._errors: dict[str, str] = {}  # enabled clients that could not be opened
         self.privacy = PrivacyDesk(self)
 
-    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+    async def forget(
+        self, client_id: str, selector: Selector, dry_run: bool = False
+    ) -> dict[str, Any]:
         """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
-        return await self.privacy.forget(client_id, selector)
+        return await self.privacy.forget(client_id, selector, dry_run)
 
     async def export(
         self,

@@ -8,7 +8,7 @@ from memd import public_face
 
 if TYPE_CHECKING:
     from memd.privacy.export import MAX_PAGE_SIZE, PAGE_SIZE, export_page, iter_exchanges
-    from memd.privacy.forgetting import Target, forget
+    from memd.privacy.forgetting import Target, forget, query_gate
     from memd.privacy.select import Plan, Selector, make_selector, plan
 
 __all__ = [
@@ -22,13 +22,14 @@ __all__ = [
     "iter_exchanges",
     "make_selector",
     "plan",
+    "query_gate",
 ]
 
 __getattr__ = public_face(
     __name__,
     {
         "export": ("MAX_PAGE_SIZE", "PAGE_SIZE", "export_page", "iter_exchanges"),
-        "forgetting": ("Target", "forget"),
+        "forgetting": ("Target", "forget", "query_gate"),
         "select": ("Plan", "Selector", "make_selector", "plan"),
     },
 )

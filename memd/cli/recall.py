@@ -47,9 +47,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Speak MCP on stdin/stdout, exposing the _memory server's recall tool "
         "for one client; every request is forwarded to the running daemon. With "
         "--print-config, print the entry that registers this server with an MCP client "
-        "(absolute command and --config), and serve nothing.",
+        "(absolute command, --config and --socket) as JSON on stdout, other clients' "
+        "one-liners on stderr, and serve nothing.",
     )
     mcp.add_argument("--client", metavar="ID", help="the client id to serve")
+    mcp.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="the daemon's socket (default: from the config; without $XDG_RUNTIME_DIR, "
+        "/run/user/UID/memd/memd.sock is looked at too)",
+    )
     mcp.add_argument(
         "--print-config",
         action="store_true",
@@ -90,14 +97,24 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.print_config:
         client = mcp_config.pick_client(config, path, args.client)
         absolute = Path(os.path.abspath(path))
-        print(mcp_config.render(memd_command(), absolute, client), end="")
+        socket = Path(os.path.abspath(args.socket or _socket(args)))
+        block, notes = mcp_config.render(memd_command(), absolute, client, socket)
+        print(block, end="")
+        print(notes, end="", file=sys.stderr)
         return 0
     if not args.client:
         raise UsageError("give --client ID (or --print-config to see the MCP client entry)")
     mcp_config.check_client(config, path, args.client)  # fail now, not with empty tools
 
-    from memd.cli.mcp import run_mcp
+    from memd.cli.common import socket_origin
+    from memd.cli.mcp import run_mcp, socket_candidates
     from memd.logs import configure_logging
 
     configure_logging("warning", json_lines=True)  # stderr; stdout is the MCP wire
-    return run_mcp(_socket(args), args.client)
+    if args.socket:
+        return run_mcp([Path(os.path.abspath(args.socket))], args.client, "given by --socket")
+    from memd.config import default_socket_path
+
+    socket, why = socket_origin(args.config)
+    explicit = socket != default_socket_path(config.memory_dir)  # the `socket` key
+    return run_mcp(socket_candidates(socket, explicit), args.client, why)

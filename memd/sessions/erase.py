@@ -98,14 +98,15 @@ def _erase_session(store: StateStore, sid: str, keys: set[Key]) -> Erased:
     left = 0
     layout = store.layout
     aside = sorted(layout.archive.glob(f"{sid}.md.prev-*"))  # kept by compaction/files.py
+    keyed = _keyed(store, sid, keys)
     for path in (layout.session_file(sid), layout.archive_file(sid), *aside):
         text = _read(path)
         if text is None:
             continue
-        for conv, number, digest in _digests(text, keys):
-            cut.add((conv, number))
-            digests.add((conv, digest))
-        new, n = remove_exchanges(text, keys)
+        new, n, removed = _remove(text, keys)
+        cut.update(removed)
+        if keyed:
+            digests.update((conv, d) for conv, _, d in _digests(text, keys & keyed))
         spans = exchange_spans(new)
         titles = first_user_titles(new)
         new = _retitled(new, spans, titles, {conv for conv, _ in keys})
@@ -208,6 +209,28 @@ def _retitled(text: str, spans: list[Span], titles: Mapping[int, str], touched: 
         lines = lines if lines is not None else text.split("\n")
         lines[span.start] = retitle(lines[span.start], title)
     return text if lines is None else "\n".join(lines)
+
+
+def _remove(text: str, keys: set[Key]) -> tuple[str, int, set[Key]]:
+    """`remove_exchanges`, and which of `keys` the text held."""
+    new, n = remove_exchanges(text, keys)
+    if n == len(keys) or not n:  # all of them, or none: no second scan to say which
+        return new, n, set(keys) if n else set()
+    return new, n, {s.key for s in exchange_spans(text)} & keys
+
+
+def _keyed(store: StateStore, sid: str, keys: set[Key]) -> set[Key]:
+    """The keys whose conversation has exchange_ids recorded (only theirs need digests:
+    parsing every message of a long chat to hash it doubled a forget's time)."""
+    assert store.db is not None
+    convs = {conv for conv, _ in keys}
+    rows = store.db.execute(
+        "SELECT DISTINCT c.number FROM conversations c JOIN exchange_keys k ON k.conv = c.conv"
+        " WHERE c.session_id = ?",
+        (sid,),
+    ).fetchall()
+    numbers = {r[0] for r in rows} & convs
+    return {k for k in keys if k[0] in numbers}
 
 
 def _digests(text: str, keys: set[Key]) -> list[tuple[int, int, bytes]]:

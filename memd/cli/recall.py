@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memd.cli.client import MemdClient
+from memd.cli.client import ClientError, MemdClient, RemoteError
+from memd.cli.common import UsageError
 from memd.config import socket_for
 
 
@@ -80,7 +81,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
         if value is not None:
             params[key] = value
     with MemdClient(_socket(args)) as client:
-        result = client.call("memory.recall", params)
+        try:
+            result = client.call("memory.recall", params)
+        except RemoteError as exc:
+            if exc.kind != "unknown_client":
+                raise
+            raise UsageError(_unknown_client(args, client, exc)) from None
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
@@ -88,9 +94,26 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unknown_client(args: argparse.Namespace, client: MemdClient, exc: RemoteError) -> str:
+    """The daemon does not know the client: name the config it runs with, and say so
+    when that is not the one this command was given (which may well list the client)."""
+    from memd.cli.status import config_note
+
+    try:
+        daemon_config = client.call("daemon.status")["config_path"]
+    except (RemoteError, ClientError, KeyError, TypeError):
+        return str(exc.message)
+    note = config_note(args, daemon_config)
+    text = (
+        f"unknown client {args.client!r} to the running daemon: add "
+        f"[clients.{args.client}] to {daemon_config}, the config it runs with"
+    )
+    return text + (f"\n  note: {note}" if note else "")
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from memd.cli import mcp_config
-    from memd.cli.common import UsageError, load
+    from memd.cli.common import load
     from memd.cli.service_files import memd_command
 
     path, config = load(args)

@@ -5,7 +5,9 @@ is required when stdin is not a terminal). With `--query` it first lists the exc
 recall finds relevant (a dry run of `memory.forget`) and then forgets exactly those;
 either way it prints what it removed, by time, place and title.
 `export` streams every exchange page by page, as JSON lines or as markdown, so a whole
-history is never held in memory. `import` reads export's JSON lines back into a client
+history is never held in memory; when the daemon cannot be reached it reads the same
+exchanges from the client's files (they are the user's). `import` reads export's JSON
+lines back into a client
 through `memory.record_exchange` with each exchange's own timestamp, and an exchange id
 derived from where it came from, so importing the same file twice writes nothing twice.
 """
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from memd.cli.client import MemdClient, RemoteError
+from memd.cli.client import ClientError, MemdClient, RemoteError
 from memd.config import socket_for
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -191,16 +193,62 @@ def cmd_export(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if getattr(args, key) is not None:
             params[key] = getattr(args, key)
     session = None
-    with _client(args) as client:
-        for record in pages(client, params):
-            if args.format == "jsonl":
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                continue
-            if record["session_id"] != session:
-                session = record["session_id"]
-                out.write(f"# Session {session}\n\n")
-            out.write(_markdown(record))
+    for record in _exported(args, params):
+        if args.format == "jsonl":
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            continue
+        if record["session_id"] != session:
+            session = record["session_id"]
+            out.write(f"# Session {session}\n\n")
+        out.write(_markdown(record))
     return EXIT_OK
+
+
+def _exported(args: argparse.Namespace, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every exchange, from the daemon, or from the files when the daemon cannot be
+    reached (they are the user's; a daemon that goes away mid-export is an error)."""
+    try:
+        client = _client(args)
+        client.connect()
+    except ClientError as exc:
+        if not exc.unreachable:
+            raise
+        print(f"memd: {exc}; exporting from the files", file=sys.stderr)
+        yield from _from_files(args)
+        return
+    try:
+        yield from pages(client, params)
+    finally:
+        client.close()
+
+
+def _from_files(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """What memory.export would return, read from the client's folder directly."""
+    from datetime import UTC, datetime
+
+    from memd.access import check_client_id
+    from memd.cli.common import UsageError, load
+    from memd.errors import RpcError
+    from memd.layout import ClientLayout
+    from memd.privacy.export import iter_exchanges, stored_conversation_ids
+    from memd.recall import RecallArgumentError, parse_time
+
+    _, config = load(args)
+    now = datetime.now(UTC)
+    try:
+        check_client_id(args.client)
+        after = parse_time(args.after, "after", now) if args.after else None
+        before = parse_time(args.before, "before", now) if args.before else None
+    except (RpcError, RecallArgumentError) as exc:
+        raise UsageError(str(getattr(exc, "message", exc))) from None
+    layout = ClientLayout(config.memory_dir, args.client)
+    if not layout.root.is_dir():
+        if args.client in config.clients:
+            return  # configured, nothing recorded yet
+        raise UsageError(f"unknown client {args.client!r}: no memory folder at {layout.root}")
+    ids = stored_conversation_ids(layout)
+    for _, record in iter_exchanges(layout, ids, after=after, before=before):
+        yield record
 
 
 def _markdown(record: dict[str, Any]) -> str:

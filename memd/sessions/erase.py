@@ -160,19 +160,19 @@ def _erase_rows(
     db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_digest (conv INTEGER, digest BLOB)")
     db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_conv (conv INTEGER PRIMARY KEY)")
     try:
-        db.executemany(
+        db.executemany(  # a conversation that goes as a whole is deleted by its key
             "INSERT INTO temp.erase_cut VALUES (?, ?)",
-            ((convs[n], ex) for n, ex in cut if n in convs),
+            ((convs[n], ex) for n, ex in cut if n in convs and n in remaining),
         )
         db.executemany(
             "INSERT INTO temp.erase_digest VALUES (?, ?)",
             ((convs[n], d) for n, d in digests if n in convs),
         )
         db.executemany("INSERT INTO temp.erase_conv VALUES (?)", ((c,) for c in gone))
+        db.execute("DELETE FROM nodes WHERE conv IN (SELECT conv FROM temp.erase_conv)")
         db.execute(
             "DELETE FROM nodes WHERE (conv, exchange) IN "
             "(SELECT conv, exchange FROM temp.erase_cut)"
-            " OR conv IN (SELECT conv FROM temp.erase_conv)"
         )
         db.execute(
             "DELETE FROM exchange_keys WHERE (conv, digest) IN "

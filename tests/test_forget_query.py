@@ -91,6 +91,23 @@ def test_forget_query_takes_only_the_relevant_exchange(
     assert "nothing relevant" in nothing.stderr
     assert all(user in transcript(root) for _, user, _ in FACTS)
 
+    # A dry run lists what a forget would take and changes nothing; an exact list
+    # (what a preview showed) takes exactly that.
+    with memd.client(timeout=300) as client:
+        preview = client.call(
+            "memory.forget", {"client_id": CLIENT, "query": "spare key", "dry_run": True}
+        )
+        assert [e["title"][:18] for e in preview["forgotten"]] == ["I keep the spare k"]
+        assert preview["removed"]["exchanges"] == 0
+        assert all(user in transcript(root) for _, user, _ in FACTS)
+        pet = [
+            {"session_id": preview["forgotten"][0]["session_id"], "conversation": 3, "exchange": 1}
+        ]
+        exact = client.call("memory.forget", {"client_id": CLIENT, "exchanges": pet})
+    assert exact["removed"]["exchanges"] == 1
+    assert [e["title"][:20] for e in exact["forgotten"]] == ["My cat is called Bis"]
+    assert FACTS[2][1] not in transcript(root)
+
     done = cli(memd, tmp_path, "forget", CLIENT, "--query", "spare key", "--yes")
     assert done.returncode == 0, done.stderr
     assert "forgot 1 exchange" in done.stdout
@@ -98,7 +115,7 @@ def test_forget_query_takes_only_the_relevant_exchange(
     assert " · conversation 1 · exchange 1" in done.stdout  # and where and when it was
     left = transcript(root)
     assert "spare key" not in left
-    for _, user, _ in FACTS[1:]:
+    for _, user, _ in (FACTS[1], *FACTS[3:]):
         assert user in left, f"forget --query removed an unrelated memory: {user!r}"
 
 

@@ -187,9 +187,7 @@ def plan(
             )
         if selector.all:
             out.summaries.update(_summary_ids(layout))
-    for sid in out.cuts:
-        if layout.summary_file(sid).exists():
-            out.summaries.add(sid)
+    out.summaries.update(sid for sid in out.cuts if layout.summary_file(sid).exists())
     return out
 
 

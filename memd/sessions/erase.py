@@ -17,6 +17,7 @@ file while it is being cut.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -156,18 +157,28 @@ def _erase_rows(
     )
     touched = {number for number, _ in cut}
     gone = [convs[n] for n in touched if n in convs and n not in remaining]
+    kept_cut = [(convs[n], ex) for n, ex in cut if n in convs and n in remaining]
+    _delete_sets(db, kept_cut, [(convs[n], d) for n, d in digests if n in convs], gone)
+    db.executemany(
+        "UPDATE conversations SET title = ? WHERE conv = ?",
+        [(remaining[n], convs[n]) for n in touched if n in convs and n in remaining],
+    )
+
+
+def _delete_sets(
+    db: sqlite3.Connection,
+    cut: list[tuple[int, int]],
+    digests: list[tuple[int, bytes]],
+    gone: list[int],
+) -> None:
+    """Delete the rows of `cut` (conv key, exchange), `digests` (conv key, digest) and of
+    whole conversations `gone`, one pass per table."""
     db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_cut (conv INTEGER, exchange INTEGER)")
     db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_digest (conv INTEGER, digest BLOB)")
     db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_conv (conv INTEGER PRIMARY KEY)")
     try:
-        db.executemany(  # a conversation that goes as a whole is deleted by its key
-            "INSERT INTO temp.erase_cut VALUES (?, ?)",
-            ((convs[n], ex) for n, ex in cut if n in convs and n in remaining),
-        )
-        db.executemany(
-            "INSERT INTO temp.erase_digest VALUES (?, ?)",
-            ((convs[n], d) for n, d in digests if n in convs),
-        )
+        db.executemany("INSERT INTO temp.erase_cut VALUES (?, ?)", cut)
+        db.executemany("INSERT INTO temp.erase_digest VALUES (?, ?)", digests)
         db.executemany("INSERT INTO temp.erase_conv VALUES (?)", ((c,) for c in gone))
         db.execute("DELETE FROM nodes WHERE conv IN (SELECT conv FROM temp.erase_conv)")
         db.execute(
@@ -190,10 +201,6 @@ def _erase_rows(
     finally:
         for table in ("erase_cut", "erase_digest", "erase_conv"):
             db.execute(f"DELETE FROM temp.{table}")
-    db.executemany(
-        "UPDATE conversations SET title = ? WHERE conv = ?",
-        [(remaining[n], convs[n]) for n in touched if n in convs and n in remaining],
-    )
 
 
 def _retitled(text: str, spans: list[Span], titles: Mapping[int, str], touched: set[int]) -> str:

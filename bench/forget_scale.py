@@ -3,7 +3,8 @@
 For each size, one `record_chat` of N messages (one conversation, one session), then
 `ClientSessions.erase` of all its exchanges (what `memory.forget --session` asks of the
 store), while another conversation of the same client records one exchange: its latency
-is how long a caller waits while forget runs. The library alone, no socket, no index
+is how long a caller waits while forget runs (since issue 24 item 3: it is refused with
+`busy` at once, and its time is that of the refusal). The library alone, no socket, no index
 (the index rebuild after a forget is the pipeline's, measured by bench/scale.py).
 
 Baseline from the same run: the time the same chat took to record.
@@ -22,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from memd.errors import Busy
 from memd.layout import ClientLayout
 from memd.markdown import exchange_spans
 from memd.sessions.tracker import ClientSessions
@@ -49,13 +51,17 @@ async def one(root: Path, n: int) -> None:
         sid = rec["session_id"]
         text = layout.session_file(sid).read_text(encoding="utf-8")
         keys = {s.key for s in exchange_spans(text)}
-        probe: list[float] = []
+        probe: list[tuple[float, str]] = []
 
         async def record_meanwhile() -> None:
             await asyncio.sleep(0.05)  # the erase has begun
             t0 = time.perf_counter()
-            await cs.record_exchange("other", "a record sent while forget runs", "ok")
-            probe.append(time.perf_counter() - t0)
+            try:
+                await cs.record_exchange("other", "a record sent while forget runs", "ok")
+                outcome = "answered"
+            except Busy:
+                outcome = "refused (busy)"
+            probe.append((time.perf_counter() - t0, outcome))
 
         t = time.perf_counter()
         meanwhile = asyncio.create_task(record_meanwhile())
@@ -65,7 +71,7 @@ async def one(root: Path, n: int) -> None:
         print(
             f"{n:>7} messages ({len(keys):>6} exchanges): record_chat {recorded:6.2f} s | "
             f"erase {took:6.2f} s ({erased.exchanges} cut) | "
-            f"a record sent meanwhile answered in {probe[0]:6.2f} s"
+            f"a record sent meanwhile {probe[0][1]} in {probe[0][0]:6.2f} s"
         )
 
 

@@ -1,14 +1,23 @@
-"""`memd record`: one exchange or one chat call, recorded by hand or from a script."""
+"""`memd record`: one exchange or one chat call, recorded by hand or from a script.
+
+A record refused with `busy` (memd is forgetting from that client's memory) has written
+nothing: it is sent again after the hinted `retry_after`, for up to BUSY_PATIENCE
+seconds, so an import script does not stop at a forget; past that the error is shown.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from memd.cli.client import RemoteError
 from memd.cli.common import EXIT_OK, UsageError, call
+
+BUSY_PATIENCE = 60.0  # seconds a record refused with `busy` keeps being sent again
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -41,12 +50,27 @@ def cmd_record(args: argparse.Namespace) -> int:
     method, params = chat_params(args) if args.chat else exchange_params(args)
     if args.timestamp:
         params["timestamp"] = args.timestamp
-    result = call(args, method, params)
+    result = call_patiently(args, method, params)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(describe(result))
     return EXIT_OK
+
+
+def call_patiently(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
+    """The call, sent again while memd answers `busy` with a retry hint (nothing written)."""
+    deadline = time.monotonic() + BUSY_PATIENCE
+    while True:
+        try:
+            return call(args, method, params)
+        except RemoteError as exc:
+            wait = exc.data.get("retry_after") if isinstance(exc.data, dict) else None
+            if exc.kind != "busy" or not isinstance(wait, int | float) or wait <= 0:
+                raise
+            if time.monotonic() + wait > deadline:
+                raise
+            time.sleep(wait)
 
 
 def chat_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

@@ -7,6 +7,10 @@ an invalid message) never breaks the chat: it is logged and counted in the statu
 Records of one client are written in the order their answers were sent (each waits for
 the one before it): turn 2 of a chat must not reach memd before turn 1, or it would not
 be seen as a continuation of it.
+
+A record refused with `busy` (memd is forgetting from that client's memory, which takes
+seconds for a long chat) has written nothing, so it is sent again after the hint in the
+error (`retry_after`), for up to BUSY_PATIENCE seconds; past that it counts as failed.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from typing import Any
 
 import structlog
 
+from memd.errors import Busy
 from memd.proxy.rpc import AsyncMemdClient
 
 log = structlog.get_logger()
+
+BUSY_PATIENCE = 120.0  # seconds a record refused with `busy` keeps being retried
 
 
 @dataclass
@@ -75,9 +82,8 @@ class Recorder:
             await asyncio.wait([previous])
         started = time.monotonic()
         try:
-            result = await self.rpc.call(
-                "memory.record_chat",
-                {"client_id": client_id, "messages": messages, "response": response},
+            result = await self._call(
+                {"client_id": client_id, "messages": messages, "response": response}
             )
         except asyncio.CancelledError:
             self._failed(client_id, "cancelled at shutdown")
@@ -93,6 +99,21 @@ class Recorder:
             conversation=result.get("conversation"),
             ms=round((time.monotonic() - started) * 1000, 2),
         )
+
+    async def _call(self, params: dict[str, Any]) -> Any:
+        """record_chat, sent again while memd answers `busy` (nothing was written)."""
+        deadline = time.monotonic() + BUSY_PATIENCE
+        while True:
+            try:
+                return await self.rpc.call("memory.record_chat", params)
+            except Busy as exc:
+                wait = exc.data.get("retry_after")
+                if not isinstance(wait, int | float) or wait <= 0:
+                    raise
+                if time.monotonic() + wait > deadline:
+                    raise
+                log.info("proxy.record_busy", client=params["client_id"], retry_after=wait)
+                await asyncio.sleep(wait)
 
     def _failed(self, client_id: str, error: str) -> None:
         self.stats.record_failures += 1

@@ -7,7 +7,8 @@ data), and a refused one is not written. Before, they waited until the erase had
 and were then written: a record whose caller had given up (closed its connection) still
 landed, and a caller that retries on timeout duplicated it. Here a caller gives up between
 two refusals; its record must never appear. The proxy's recorder, refused the same way,
-waits the hinted time and records its exchange once, the chat untouched.
+waits the hinted time and records its exchange once, the chat untouched; so does
+`memd record`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -91,6 +94,55 @@ def proxy_record(memd: DaemonProcess, marker: str, stats: Stats) -> None:
     asyncio.run(run())
 
 
+Outcome = tuple[str, str, float, dict[str, Any]]  # marker, "ok" or error kind, s, data
+
+
+def cli_record(memd: DaemonProcess, marker: str) -> subprocess.Popen[str]:
+    """`memd record CLIENT --chat -`, started now and left running."""
+    cmd = [sys.executable, "-m", "memd.cli", "record", CLIENT, "--chat", "-"]
+    cmd += ["--config", str(memd.config_path)]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None
+    params = chat_params(marker)
+    proc.stdin.write(json.dumps({"messages": params["messages"], "response": params["response"]}))
+    proc.stdin.close()
+    return proc
+
+
+def probe_while(
+    memd: DaemonProcess, worker: threading.Thread, stats: Stats
+) -> tuple[list[Outcome], list[str], threading.Thread | None, subprocess.Popen[str] | None]:
+    """Record every 50 ms while `worker` (the forget) runs; after a refusal, give up on
+    one record and probe again. The outcomes, the records given up on between two
+    refusals, and the proxy's recording and `memd record` started at the first refusal."""
+    outcomes: list[Outcome] = []
+    abandoned: list[str] = []  # given up between two refusals: must never be written
+    proxy: threading.Thread | None = None
+    cli: subprocess.Popen[str] | None = None
+    n = 0
+    while worker.is_alive():
+        n += 1
+        first = f"PROBE-{n}a"
+        kind, took, data = probe(memd, first)
+        outcomes.append((first, kind, took, data))
+        if kind == "busy" and proxy is None:
+            proxy = threading.Thread(target=proxy_record, args=(memd, "PROXIED-1", stats))
+            proxy.start()
+            cli = cli_record(memd, "CLIRECORD-1")
+        if kind == "busy":
+            gone = f"GAVEUP-{n}x"
+            give_up(memd, gone)
+            second = f"PROBE-{n}b"
+            kind2, took2, data2 = probe(memd, second)
+            outcomes.append((second, kind2, took2, data2))
+            if kind2 == "busy":
+                abandoned.append(gone)
+        time.sleep(0.05)
+    return outcomes, abandoned, proxy, cli
+
+
 def test_records_during_forget_are_answered_or_refused_busy_never_written_late(
     tmp_path: Path, config_file, daemon_factory
 ) -> None:
@@ -118,31 +170,13 @@ def test_records_during_forget_are_answered_or_refused_busy_never_written_late(
 
     worker = threading.Thread(target=run_forget)
     worker.start()
-    outcomes: list[tuple[str, str, float, dict[str, Any]]] = []
-    abandoned: list[str] = []  # given up between two refusals: must never be written
     stats = Stats()
-    proxy: threading.Thread | None = None
-    n = 0
-    while worker.is_alive():
-        n += 1
-        first = f"PROBE-{n}a"
-        kind, took, data = probe(memd, first)
-        outcomes.append((first, kind, took, data))
-        if kind == "busy" and proxy is None:
-            proxy = threading.Thread(target=proxy_record, args=(memd, "PROXIED-1", stats))
-            proxy.start()
-        if kind == "busy":
-            gone = f"GAVEUP-{n}x"
-            give_up(memd, gone)
-            second = f"PROBE-{n}b"
-            kind2, took2, data2 = probe(memd, second)
-            outcomes.append((second, kind2, took2, data2))
-            if kind2 == "busy":
-                abandoned.append(gone)
-        time.sleep(0.05)
+    outcomes, abandoned, proxy, cli = probe_while(memd, worker, stats)
     worker.join()
-    assert proxy is not None, f"no record was refused while the forget ran: {outcomes}"
+    assert proxy is not None and cli is not None, f"no record was refused: {outcomes}"
     proxy.join(300)
+    out, err = cli.communicate(timeout=300)
+    assert cli.returncode == 0 and "recorded" in out, (out, err)
     assert result["forget"]["removed"]["exchanges"] == MESSAGES // 2
 
     refused = [o for o in outcomes if o[1] == "busy"]
@@ -158,5 +192,5 @@ def test_records_during_forget_are_answered_or_refused_busy_never_written_late(
     late = [m for m in abandoned if written(root, m)]
     assert late == [], f"records written after their caller gave up: {late}"
     assert (stats.recorded, stats.record_failures) == (1, 0), stats
-    assert written(root, "PROXIED-1")
+    assert written(root, "PROXIED-1") and written(root, "CLIRECORD-1")
     assert not written(root, "question 9999")  # the long chat itself is gone

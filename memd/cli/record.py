@@ -17,7 +17,7 @@ from typing import Any
 from memd.cli.client import RemoteError
 from memd.cli.common import EXIT_OK, UsageError, call
 
-BUSY_PATIENCE = 60.0  # seconds a record refused with `busy` keeps being sent again
+BUSY_PATIENCE = 60.0  # (in --help) seconds a record refused with `busy` keeps being sent again
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -28,7 +28,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="record an exchange (mcp_via_llm) or a chat call (both) for a client",
         description="Record one user/assistant exchange with --conversation/--user/"
         "--assistant, or one OpenAI chat call with --chat FILE (a JSON object "
-        "with 'messages' and 'response'; '-' reads stdin).",
+        "with 'messages' and 'response'; '-' reads stdin). A record refused with "
+        "'busy' (a forget is rewriting the client's files) is sent again for up to 60 s.",
     )
     record.add_argument("client", help="a client id with memory enabled")
     record.add_argument("--conversation", metavar="ID", help="MCP-via-LLM session id")

@@ -8,8 +8,8 @@ Order of work, each step safe to repeat:
    dry run stops here;
 2. count the index rows that hold them (for the report), while the index still has them;
 3. cut them out of the transcripts, the archive and the session state
-   (`ClientSessions.erase`: rewritten atomically, recording waits a moment, nothing
-   decided is lost);
+   (`ClientSessions.erase`: rewritten atomically; nothing decided is lost, and a record
+   arriving meanwhile is refused with `busy` rather than queued behind the rewrite);
 4. summaries that covered any of it: regenerated from what is left when compaction is
    configured, otherwise removed (the rest of the archived transcript comes back into
    sessions/, so it stays recallable);

@@ -71,6 +71,7 @@ def call_patiently(args: argparse.Namespace, method: str, params: dict[str, Any]
                 raise
             if time.monotonic() + wait > deadline:
                 raise
+            print(f"memd: busy, trying again in {wait:g} s: {exc.message}", file=sys.stderr)
             time.sleep(wait)
 
 

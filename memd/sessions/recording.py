@@ -65,8 +65,8 @@ class Recording:
         """Fail fast with `busy` while a rewrite holds or awaits the decision lock."""
         if self._rewriting:
             raise Busy(
-                f"memd is forgetting from client {self.client_id!r}'s memory; nothing was "
-                f"recorded, retry in {RETRY_AFTER:g} s",
+                f"memd is forgetting from the memory of client {self.client_id!r}; nothing "
+                f"was recorded, retry in {RETRY_AFTER:g} s",
                 data={"retry_after": RETRY_AFTER, "client_id": self.client_id},
             )
 

@@ -17,7 +17,7 @@ from typing import Any
 from memd.cli.client import RemoteError
 from memd.cli.common import EXIT_OK, UsageError, call
 
-BUSY_PATIENCE = 60.0  # (in --help) seconds a record refused with `busy` keeps being sent again
+BUSY_PATIENCE = 60.0  # seconds a record refused with `busy` is sent again (said in --help)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

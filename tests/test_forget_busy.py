@@ -145,6 +145,38 @@ def probe_while(
     return outcomes, abandoned, proxy
 
 
+def forget_in_thread(
+    memd: DaemonProcess, session_id: str, conversation: int
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """`memory.forget` of one conversation, started in a thread; its result lands in the dict."""
+    result: dict[str, Any] = {}
+    params = {"client_id": CLIENT, "session_id": session_id, "conversation_id": conversation}
+
+    def run() -> None:
+        with memd.client(timeout=600) as client:
+            result["forget"] = client.call("memory.forget", params)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker, result
+
+
+def check_outcomes(root: Path, outcomes: list[Outcome], abandoned: list[str]) -> None:
+    """Each record answered (and written) or refused with `busy` (and not written); none
+    given up on between two refusals written, even later."""
+    assert {o[1] for o in outcomes} <= {"ok", "busy"}, outcomes
+    for _marker, kind, _took, data in outcomes:
+        if kind == "busy":
+            assert data["code"] == -32012
+            assert data["retry_after"] > 0
+    assert abandoned, f"no give-up landed between two refusals: {outcomes}"
+    time.sleep(2.0)  # anything still queued would be written by now
+    for marker, kind, _took, _data in outcomes:
+        assert written(root, marker) == (kind == "ok"), (marker, kind)
+    late = [m for m in abandoned if written(root, m)]
+    assert late == [], f"records written after their caller gave up: {late}"
+
+
 def test_records_during_forget_are_answered_or_refused_busy_never_written_late(
     tmp_path: Path, config_file, daemon_factory
 ) -> None:
@@ -157,45 +189,25 @@ def test_records_during_forget_are_answered_or_refused_busy_never_written_late(
             {"client_id": CLIENT, "messages": chat[:-1], "response": chat[-1]},
         )
 
-    result: dict[str, Any] = {}
-
-    def run_forget() -> None:
-        with memd.client(timeout=600) as client:
-            result["forget"] = client.call(
-                "memory.forget",
-                {
-                    "client_id": CLIENT,
-                    "session_id": big["session_id"],
-                    "conversation_id": big["conversation"],
-                },
-            )
-
     cli = cli_record(memd)
-    worker = threading.Thread(target=run_forget)
-    worker.start()
-    stats = Stats()
-    outcomes, abandoned, proxy = probe_while(memd, worker, stats, cli)
-    worker.join()
-    assert proxy is not None, f"no record was refused while the forget ran: {outcomes}"
-    proxy.join(300)
-    assert cli.stdout is not None and cli.stderr is not None
-    out, err = cli.stdout.read(), cli.stderr.read()
-    assert cli.wait(300) == 0 and "recorded" in out, (out, err)
-    assert result["forget"]["removed"]["exchanges"] == MESSAGES // 2
+    try:
+        worker, result = forget_in_thread(memd, big["session_id"], big["conversation"])
+        stats = Stats()
+        outcomes, abandoned, proxy = probe_while(memd, worker, stats, cli)
+        worker.join()
+        assert proxy is not None, f"no record was refused while the forget ran: {outcomes}"
+        proxy.join(300)
+        assert cli.stdout is not None and cli.stderr is not None
+        out, err = cli.stdout.read(), cli.stderr.read()
+        assert cli.wait(300) == 0 and "recorded" in out, (out, err)
+        assert result["forget"]["removed"]["exchanges"] == MESSAGES // 2
 
-    refused = [o for o in outcomes if o[1] == "busy"]
-    assert {o[1] for o in outcomes} <= {"ok", "busy"}, outcomes
-    for _marker, _kind, _took, data in refused:
-        assert data["code"] == -32012
-        assert data["retry_after"] > 0
-    assert abandoned, f"no give-up landed between two refusals: {outcomes}"
-
-    time.sleep(2.0)  # anything still queued would be written by now
-    for marker, kind, _took, _data in outcomes:
-        assert written(root, marker) == (kind == "ok"), (marker, kind)
-    late = [m for m in abandoned if written(root, m)]
-    assert late == [], f"records written after their caller gave up: {late}"
-    assert (stats.recorded, stats.record_failures) == (1, 0), stats
-    assert written(root, "PROXIED-1")
-    assert written(root, "CLIRECORD-1")
-    assert not written(root, "question 9999")  # the long chat itself is gone
+        check_outcomes(root, outcomes, abandoned)
+        assert (stats.recorded, stats.record_failures) == (1, 0), stats
+        assert written(root, "PROXIED-1")
+        assert written(root, "CLIRECORD-1")
+        assert not written(root, "question 9999")  # the long chat itself is gone
+    finally:
+        if cli.poll() is None:  # a failure before it got its chat
+            cli.kill()
+            cli.wait()

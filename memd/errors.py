@@ -36,7 +36,7 @@ class DomainCode(IntEnum):
     NOT_FOUND = -32009
     COMPACTION_ERROR = -32010
     EXCHANGE_CONFLICT = -32011
-    BUSY = -32012  # a bound on connections, buffers or a recall lane is full: retry later
+    BUSY = -32012  # a bound is full, or a forget is rewriting the client's files: retry later
 
 
 DOMAIN_RANGE = range(-32099, -31999)

@@ -169,16 +169,14 @@ def test_print_config_names_this_memd_and_the_config_by_absolute_path(user: User
     assert user.memd("init", "--client", "desk").code == 0
     done = user.memd("mcp", "--print-config")
     assert done.code == 0, done.err
-    block, rest = done.out.split("\n\n", 1)
-    entry = json.loads(block)["mcpServers"]["_memory"]
-    assert entry == {
-        "command": str(MEMD),
-        "args": ["mcp", "--client", "desk", "--config", str(user.default_config)],
-    }
+    entry = json.loads(done.out)["mcpServers"]["_memory"]  # stdout is JSON only (jq)
+    assert entry["command"] == str(MEMD)
+    args = ["mcp", "--client", "desk", "--config", str(user.default_config), "--socket"]
+    assert entry["args"][:-1] == args and Path(entry["args"][-1]).is_absolute()
     assert Path(entry["command"]).is_absolute() and os.access(entry["command"], os.X_OK)
-    argv = f"{MEMD} mcp --client desk --config {user.default_config}"
-    assert f"claude mcp add _memory -- {argv}" in rest
-    assert f"inspector -- {argv}" in rest
+    argv = f"{MEMD} mcp --client desk --config {user.default_config} --socket "
+    assert f"claude mcp add _memory -- {argv}" in done.err  # the one-liners: stderr
+    assert f"inspector -- {argv}" in done.err
 
 
 def test_print_config_needs_a_client_when_several_have_memory(user: User, tmp_path: Path) -> None:
@@ -218,10 +216,13 @@ def test_readme_mcp_snippet_is_what_print_config_prints() -> None:
     readme = (REPO / "README.md").read_text()
     match = re.search(r"<!-- mcp-print-config -->\n```json\n(.*?)```", readme, re.S)
     assert match, "README lost its generated `memd mcp --print-config` block"
-    expected = mcp_config.render(
-        ("/home/you/memd/.venv/bin/memd",), Path("/home/you/.config/memd/config.toml"), "demo"
+    expected, _ = mcp_config.render(
+        ("/home/you/memd/.venv/bin/memd",),
+        Path("/home/you/.config/memd/config.toml"),
+        "demo",
+        Path("/run/user/1000/memd/memd.sock"),
     )
-    assert match.group(1) == expected.split("\n\n", 1)[0] + "\n"
+    assert match.group(1) == expected
 
 
 # --- rough edges ----------------------------------------------------------------------------

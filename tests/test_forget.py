@@ -136,15 +136,23 @@ def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
     for fact in (ALPHA_KEEP, *BETA_GONE, *GAMMA_KEEP, GAMMA_GONE):
         wait_for(lambda fact=fact: found(memd, fact), f"{fact} to be recallable", memd)
 
-    # Recording goes on while forgetting runs: none of it may be lost.
+    # Recording goes on while forgetting runs: none of it may be lost. While the files are
+    # rewritten a record is refused with `busy` and nothing is written; it is sent again.
     stop = threading.Event()
     recorded: list[str] = []
+    refused: list[str] = []
 
     def keep_recording() -> None:
         n = 0
         while not stop.is_set() and n < 200:
             n += 1
-            record(memd, "delta", f"FACT-delta{n}x", "2026-12-02T10:00:00Z")
+            try:
+                record(memd, "delta", f"FACT-delta{n}x", "2026-12-02T10:00:00Z")
+            except RemoteError as exc:
+                assert exc.kind == "busy", exc
+                refused.append(f"FACT-delta{n}x")
+                time.sleep(exc.data["retry_after"])
+                continue
             recorded.append(f"FACT-delta{n}x")
 
     writer = threading.Thread(target=keep_recording)
@@ -172,6 +180,7 @@ def test_forget_a_conversation_and_a_time_range_leaves_no_trace(
     assert not any(f in memd.log() for f in GONE), "memd's log holds message text"
     live = (root / "sessions" / f"{second}.md").read_text()
     assert all(f in live for f in recorded)  # nothing recorded meanwhile was lost
+    assert not any(f in live for f in refused)  # nor was anything refused written
     assert (
         "exchange 3" in live
         and "exchange 2" not in live.split("delta")[0].split("# Conversation 1")[-1]

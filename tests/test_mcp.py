@@ -200,10 +200,10 @@ def test_daemon_down_is_reported_not_hung(config_file: Callable[..., Path]) -> N
         async with mcp_session(config, "alice") as session:
             init = await session.initialize()
             assert init.server_info.name == "_memory"
-            with pytest.raises(MCPError, match="memd is not running"):
+            with pytest.raises(MCPError, match="cannot find memd"):
                 await session.list_tools()
             result = await session.call_tool("MemoryRecall", {"query": "zoo"})
-            assert result.is_error and "memd is not running" in text_of(result)
+            assert result.is_error and "cannot find memd" in text_of(result)
             assert "memd run" in text_of(result)
 
     run(scenario)

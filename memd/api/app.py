@@ -41,7 +41,9 @@ class Services(Protocol):
 
     async def recompact(self, client_id: str, session_id: str | None) -> list[dict[str, Any]]: ...
 
-    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]: ...
+    async def forget(
+        self, client_id: str, selector: Selector, dry_run: bool = False
+    ) -> dict[str, Any]: ...
 
     async def redact(
         self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None

@@ -1,8 +1,11 @@
 """JSON-RPC methods of privacy: `memory.forget` and `memory.export`.
 
-Both work for a client whose memory is off (its files are still its own); an unknown
-client id, a session or conversation that does not exist, or a second selector are
-errors; a time range or query that matches nothing is an empty result.
+`memory.forget` takes one selector (`exchanges` names exact keys, as a dry run listed
+them) and `dry_run` (list what would go, change nothing); its result lists what it
+removed (`forgotten`). Both work for a client whose memory is off (its files are still
+its own); an unknown client id, a session or conversation that does not exist, or a
+second selector are errors; a time range that matches nothing is an empty result, a
+query that matches nothing relevant is refused (`not_found`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def register(registry: Registry, app: App) -> None:
             before = p.optional("before", str)
             query = p.optional("query", str)
             everything = p.optional("all", bool, False)
+            exact = p.optional("exchanges", list)
+            dry_run = p.optional("dry_run", bool, False)
         now = datetime.now(UTC)
         selector = make_selector(
             session_id=session_id,
@@ -38,8 +43,9 @@ def register(registry: Registry, app: App) -> None:
             before=_time(before, "before", now),
             query=query,
             all=everything,
+            exchanges=None if exact is None else _keys(exact),
         )
-        return await app.runtime.forget(client_id, selector)
+        return await app.runtime.forget(client_id, selector, dry_run)
 
     @registry.method("memory.redact")
     async def memory_redact(params: JsonParams) -> dict[str, Any]:
@@ -72,6 +78,27 @@ def register(registry: Registry, app: App) -> None:
             cursor=cursor,
             limit=limit,
         )
+
+
+def _keys(items: list[Any]) -> list[tuple[str, int, int]]:
+    """`exchanges`: [{session_id, conversation, exchange}, ...], as a forget listed them."""
+    out = []
+    for item in items:
+        try:
+            sid, conv, ex = item["session_id"], item["conversation"], item["exchange"]
+        except (TypeError, KeyError):
+            sid = conv = ex = None
+        if not (isinstance(sid, str) and _number(conv) and _number(ex)):
+            raise InvalidParams(
+                "each of exchanges must be {session_id, conversation, exchange}",
+                data={"param": "exchanges"},
+            )
+        out.append((sid, conv, ex))
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _time(value: str | None, param: str, now: datetime) -> datetime | None:

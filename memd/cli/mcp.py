@@ -6,12 +6,17 @@ The server holds no memory logic: `tools/list` asks the daemon (`memory.tools`) 
 and schema follow the daemon's config (a reload renames it), and a daemon restart needs
 no restart of this process. Stdout is the MCP wire; logs go to stderr.
 
-When the daemon is down, `tools/list` fails with an MCP error saying so and `tools/call`
-answers an `isError` result, so the LLM hears that memd is not running instead of hanging.
+When the daemon cannot be reached, `tools/list` fails with an MCP error saying so and
+`tools/call` answers an `isError` result, so the LLM hears that memd is unavailable
+instead of hanging. The socket is found without $XDG_RUNTIME_DIR, which MCP hosts do
+not pass on: `--print-config` writes it into the entry (`--socket`), and without one the
+usual runtime folder is looked at too (`socket_candidates`); when there is no socket,
+the error says where it looked ("cannot find memd"), not that memd is down.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +39,31 @@ INTERNAL_ERROR = -32603
 
 
 class DaemonBridge:
-    """Blocking calls to the daemon for one client; each opens its own connection."""
+    """Blocking calls to the daemon for one client; each opens its own connection.
 
-    def __init__(self, socket_path: Path, client_id: str, timeout: float = CALL_TIMEOUT) -> None:
-        self.socket_path = socket_path
+    `sockets` are the places the daemon may listen, tried in order at every call (the
+    first that exists is used); `why` says how the first was chosen, for the error when
+    none exists."""
+
+    def __init__(
+        self,
+        socket_path: Path | list[Path],
+        client_id: str,
+        timeout: float = CALL_TIMEOUT,
+        why: str = "",
+    ) -> None:
+        self.sockets = socket_path if isinstance(socket_path, list) else [socket_path]
         self.client_id = client_id
         self.timeout = timeout
+        self.why = why
+
+    @property
+    def socket_path(self) -> Path:
+        """The socket to use now: the first candidate that exists."""
+        for path in self.sockets:
+            if path.exists():
+                return path
+        raise ClientError(cannot_find_text(self.sockets, self.why), unreachable=True)
 
     def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         with MemdClient(self.socket_path, timeout=timeout or self.timeout) as client:
@@ -52,10 +76,35 @@ class DaemonBridge:
         return self.call("memory.call_tool", {"name": name, "arguments": arguments})
 
 
+def socket_candidates(configured: Path, explicit: bool) -> list[Path]:
+    """Where to look for the daemon. An MCP host starts servers with a minimal
+    environment (the SDKs pass HOME, PATH, SHELL, TERM...), so $XDG_RUNTIME_DIR may be
+    missing here while memd runs under it: unless the socket was named explicitly, the
+    usual runtime folder of this uid is looked at too."""
+    out = [configured]
+    if not explicit and not os.environ.get("XDG_RUNTIME_DIR"):
+        usual = Path(f"/run/user/{os.getuid()}") / "memd" / "memd.sock"
+        if usual != configured:
+            out.append(usual)
+    return out
+
+
+def cannot_find_text(sockets: list[Path], why: str) -> str:
+    """No socket where memd was looked for: memd may be down, or listen elsewhere."""
+    if len(sockets) == 1:
+        where = f"no socket at {sockets[0]}, the only place looked" + (f" ({why})" if why else "")
+    else:
+        where = "no socket at " + ", nor at ".join(str(p) for p in sockets)
+    return (
+        f"cannot find memd: {where}. If memd runs, name its socket with --socket "
+        "(`memd path --socket` prints it; `memd mcp --print-config` writes an entry with it)"
+    )
+
+
 def not_running_text(exc: ClientError) -> str:
     return (
         f"Memory is unavailable: {exc}. Start the memd daemon (`memd run`, or its "
-        "systemd/launchd service) and try again."
+        "systemd/launchd service) if it is not running, and try again."
     )
 
 
@@ -120,11 +169,11 @@ async def serve(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def run_mcp(socket_path: Path, client_id: str) -> int:
+def run_mcp(socket_path: Path | list[Path], client_id: str, why: str = "") -> int:
     """Entry point of `memd mcp`: serve MCP on stdin/stdout until the client hangs up."""
-    bridge = DaemonBridge(socket_path, client_id)
+    bridge = DaemonBridge(socket_path, client_id, why=why)
     server = build_server(bridge, fetch_instructions(bridge))
-    log.info("mcp.serving", client=client_id, socket=str(socket_path))
+    log.info("mcp.serving", client=client_id, sockets=[str(p) for p in bridge.sockets])
     try:
         anyio.run(serve, server)
     except KeyboardInterrupt:

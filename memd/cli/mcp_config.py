@@ -3,7 +3,9 @@ and the start-up check that refuses to serve a client without memory.
 
 An MCP client spawns the server itself, with its own environment and working folder, so
 the snippet names memd by absolute path (a bare `memd` fails with ENOENT for a venv
-install) and passes `--config` explicitly (the client's environment has no $MEMD_CONFIG).
+install) and passes `--config` and `--socket` explicitly: the client's environment has no
+$MEMD_CONFIG, and the MCP SDKs start servers without $XDG_RUNTIME_DIR, where the
+daemon's socket usually is.
 """
 
 from __future__ import annotations
@@ -18,25 +20,30 @@ from memd.config import Config
 from memd.recall.tool import SERVER_NAME
 
 
-def server_entry(command: tuple[str, ...], config_path: Path, client: str) -> dict[str, Any]:
+def server_entry(
+    command: tuple[str, ...], config_path: Path, client: str, socket: Path | None = None
+) -> dict[str, Any]:
     """One `mcpServers` entry: how an MCP client starts `memd mcp` for `client`."""
-    return {
-        "command": command[0],
-        "args": [*command[1:], "mcp", "--client", client, "--config", str(config_path)],
-    }
+    args = [*command[1:], "mcp", "--client", client, "--config", str(config_path)]
+    if socket is not None:
+        args += ["--socket", str(socket)]
+    return {"command": command[0], "args": args}
 
 
-def render(command: tuple[str, ...], config_path: Path, client: str) -> str:
-    """The JSON block for Claude Desktop-style configs, then one-line equivalents."""
-    entry = server_entry(command, config_path, client)
+def render(
+    command: tuple[str, ...], config_path: Path, client: str, socket: Path | None = None
+) -> tuple[str, str]:
+    """The JSON block for Claude Desktop-style configs (pure JSON, for stdout and `jq`),
+    and the one-line equivalents as comments (for stderr)."""
+    entry = server_entry(command, config_path, client, socket)
     block = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
     argv = shlex.join([entry["command"], *entry["args"]])
-    return (
-        f"{block}\n\n"
+    notes = (
         f"# Claude Code:\nclaude mcp add {SERVER_NAME} -- {argv}\n\n"
         "# MCP Inspector (the server's own options go after --):\n"
         f"npx @modelcontextprotocol/inspector -- {argv}\n"
     )
+    return block + "\n", notes
 
 
 def pick_client(config: Config, config_path: Path, client: str | None) -> str:

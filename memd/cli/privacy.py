@@ -1,9 +1,12 @@
 """The `memd forget` and `memd export` commands (`memd import`: memd.cli.imports).
 
-`forget` shows what a recall query would remove and asks before removing it (on a
-terminal; `--yes` skips the question, and is required when stdin is not a terminal).
+`forget` asks before removing anything (on a terminal; `--yes` skips the question, and
+is required when stdin is not a terminal). With `--query` it first lists the exchanges
+recall finds relevant (a dry run of `memory.forget`) and then forgets exactly those;
+either way it prints what it removed, by time, place and title.
 `export` streams every exchange page by page, as JSON lines or as markdown, so a whole
-history is never held in memory.
+history is never held in memory; when the daemon cannot be reached it reads the same
+exchanges from the client's files (they are the user's).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from memd.cli.client import MemdClient
+from memd.cli.client import ClientError, MemdClient, RemoteError
 from memd.config import socket_for
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -37,7 +40,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     forget.add_argument("--after", metavar="WHEN", help="exchanges at or after WHEN")
     forget.add_argument("--before", metavar="WHEN", help="exchanges before WHEN")
-    forget.add_argument("--query", metavar="TEXT", help="the exchanges recall finds for TEXT")
+    forget.add_argument(
+        "--query",
+        metavar="TEXT",
+        help="the exchanges recall finds relevant to TEXT (refused when none is)",
+    )
     forget.add_argument("--all", action="store_true", help="everything of this client")
     forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     forget.add_argument("--json", action="store_true", help="print the raw JSON")
@@ -92,13 +99,11 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 )
                 return EXIT_USAGE
             if args.query is not None:
-                shown = client.call(
-                    "memory.recall", {"client_id": args.client, "query": args.query}
-                )
-                if not shown["results"]:
-                    print("nothing found for that query")
-                    return EXIT_OK
-                print(shown["text"])
+                preview = client.call("memory.forget", {**params, "dry_run": True})
+                print("These exchanges are relevant to the query:")
+                _print_listed(preview)
+                if preview["forgotten"]:  # never more than was shown
+                    params = _exact(args.client, preview)
             answer = input(f"Forget {_what(args)} of {args.client} for good? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing forgotten")
@@ -112,7 +117,28 @@ def cmd_forget(args: argparse.Namespace) -> int:
             f"forgot {r['exchanges']} exchange(s): {r['files']} file(s) changed, "
             f"{r['index_rows']} index row(s) dropped"
         )
+        _print_listed(result)
     return EXIT_OK
+
+
+def _print_listed(result: dict[str, Any]) -> None:
+    """One line per exchange a forget names: when, where, and its conversation's title."""
+    for e in result.get("forgotten", []):
+        title = f" — {e['title']}" if e.get("title") else ""
+        print(
+            f"  {e['time']} · session {e['session_id']} · conversation {e['conversation']}"
+            f" · exchange {e['exchange']}{title}"
+        )
+    if result.get("forgotten_more"):
+        print(f"  … and {result['forgotten_more']} more")
+
+
+def _exact(client_id: str, preview: dict[str, Any]) -> dict[str, Any]:
+    """memory.forget params for exactly the exchanges a dry run listed."""
+    keys = [
+        {k: e[k] for k in ("session_id", "conversation", "exchange")} for e in preview["forgotten"]
+    ]
+    return {"client_id": client_id, "exchanges": keys}
 
 
 def _what(args: argparse.Namespace) -> str:
@@ -152,16 +178,62 @@ def cmd_export(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if getattr(args, key) is not None:
             params[key] = getattr(args, key)
     session = None
-    with _client(args) as client:
-        for record in pages(client, params):
-            if args.format == "jsonl":
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                continue
-            if record["session_id"] != session:
-                session = record["session_id"]
-                out.write(f"# Session {session}\n\n")
-            out.write(_markdown(record))
+    for record in _exported(args, params):
+        if args.format == "jsonl":
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            continue
+        if record["session_id"] != session:
+            session = record["session_id"]
+            out.write(f"# Session {session}\n\n")
+        out.write(_markdown(record))
     return EXIT_OK
+
+
+def _exported(args: argparse.Namespace, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every exchange, from the daemon, or from the files when the daemon cannot be
+    reached (they are the user's; a daemon that goes away mid-export is an error)."""
+    try:
+        client = _client(args)
+        client.connect()
+    except ClientError as exc:
+        if not exc.unreachable:
+            raise
+        print(f"memd: {exc}; exporting from the files", file=sys.stderr)
+        yield from _from_files(args)
+        return
+    try:
+        yield from pages(client, params)
+    finally:
+        client.close()
+
+
+def _from_files(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """What memory.export would return, read from the client's folder directly."""
+    from datetime import UTC, datetime
+
+    from memd.access import check_client_id
+    from memd.cli.common import UsageError, load
+    from memd.errors import RpcError
+    from memd.layout import ClientLayout
+    from memd.privacy.export import iter_exchanges, stored_conversation_ids
+    from memd.recall import RecallArgumentError, parse_time
+
+    _, config = load(args)
+    now = datetime.now(UTC)
+    try:
+        check_client_id(args.client)
+        after = parse_time(args.after, "after", now) if args.after else None
+        before = parse_time(args.before, "before", now) if args.before else None
+    except (RpcError, RecallArgumentError) as exc:
+        raise UsageError(str(getattr(exc, "message", exc))) from None
+    layout = ClientLayout(config.memory_dir, args.client)
+    if not layout.root.is_dir():
+        if args.client in config.clients:
+            return  # configured, nothing recorded yet
+        raise UsageError(f"unknown client {args.client!r}: no memory folder at {layout.root}")
+    ids = stored_conversation_ids(layout)
+    for _, record in iter_exchanges(layout, ids, after=after, before=before):
+        yield record
 
 
 def _markdown(record: dict[str, Any]) -> str:

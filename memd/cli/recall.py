@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memd.cli.client import MemdClient
+from memd.cli.client import ClientError, MemdClient, RemoteError
+from memd.cli.common import UsageError
 from memd.config import socket_for
 
 
@@ -47,9 +48,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Speak MCP on stdin/stdout, exposing the _memory server's recall tool "
         "for one client; every request is forwarded to the running daemon. With "
         "--print-config, print the entry that registers this server with an MCP client "
-        "(absolute command and --config), and serve nothing.",
+        "(absolute command, --config and --socket) as JSON on stdout, other clients' "
+        "one-liners on stderr, and serve nothing.",
     )
     mcp.add_argument("--client", metavar="ID", help="the client id to serve")
+    mcp.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="the daemon's socket (default: from the config; without $XDG_RUNTIME_DIR, "
+        "/run/user/UID/memd/memd.sock is looked at too)",
+    )
     mcp.add_argument(
         "--print-config",
         action="store_true",
@@ -73,7 +81,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
         if value is not None:
             params[key] = value
     with MemdClient(_socket(args)) as client:
-        result = client.call("memory.recall", params)
+        try:
+            result = client.call("memory.recall", params)
+        except RemoteError as exc:
+            if exc.kind != "unknown_client":
+                raise
+            raise UsageError(_unknown_client(args, client, exc)) from None
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
@@ -81,23 +94,50 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unknown_client(args: argparse.Namespace, client: MemdClient, exc: RemoteError) -> str:
+    """The daemon does not know the client: name the config it runs with, and say so
+    when that is not the one this command was given (which may well list the client)."""
+    from memd.cli.status import config_note
+
+    try:
+        daemon_config = client.call("daemon.status")["config_path"]
+    except (RemoteError, ClientError, KeyError, TypeError):
+        return str(exc.message)
+    note = config_note(args, daemon_config)
+    text = (
+        f"unknown client {args.client!r} to the running daemon: add "
+        f"[clients.{args.client}] to {daemon_config}, the config it runs with"
+    )
+    return text + (f"\n  note: {note}" if note else "")
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from memd.cli import mcp_config
-    from memd.cli.common import UsageError, load
+    from memd.cli.common import load
     from memd.cli.service_files import memd_command
 
     path, config = load(args)
     if args.print_config:
         client = mcp_config.pick_client(config, path, args.client)
         absolute = Path(os.path.abspath(path))
-        print(mcp_config.render(memd_command(), absolute, client), end="")
+        socket = Path(os.path.abspath(args.socket or _socket(args)))
+        block, notes = mcp_config.render(memd_command(), absolute, client, socket)
+        print(block, end="")
+        print(notes, end="", file=sys.stderr)
         return 0
     if not args.client:
         raise UsageError("give --client ID (or --print-config to see the MCP client entry)")
     mcp_config.check_client(config, path, args.client)  # fail now, not with empty tools
 
-    from memd.cli.mcp import run_mcp
+    from memd.cli.common import socket_origin
+    from memd.cli.mcp import run_mcp, socket_candidates
     from memd.logs import configure_logging
 
     configure_logging("warning", json_lines=True)  # stderr; stdout is the MCP wire
-    return run_mcp(_socket(args), args.client)
+    if args.socket:
+        return run_mcp([Path(os.path.abspath(args.socket))], args.client, "given by --socket")
+    from memd.config import default_socket_path
+
+    socket, why = socket_origin(args.config)
+    explicit = socket != default_socket_path(config.memory_dir)  # the `socket` key
+    return run_mcp(socket_candidates(socket, explicit), args.client, why)

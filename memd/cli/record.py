@@ -1,14 +1,23 @@
-"""`memd record`: one exchange or one chat call, recorded by hand or from a script."""
+"""`memd record`: one exchange or one chat call, recorded by hand or from a script.
+
+A record refused with `busy` (memd is forgetting from that client's memory) has written
+nothing: it is sent again after the hinted `retry_after`, for up to BUSY_PATIENCE
+seconds, so an import script does not stop at a forget; past that the error is shown.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from memd.cli.client import RemoteError
 from memd.cli.common import EXIT_OK, UsageError, call
+
+BUSY_PATIENCE = 60.0  # seconds a record refused with `busy` is sent again (said in --help)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -19,7 +28,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="record an exchange (mcp_via_llm) or a chat call (both) for a client",
         description="Record one user/assistant exchange with --conversation/--user/"
         "--assistant, or one OpenAI chat call with --chat FILE (a JSON object "
-        "with 'messages' and 'response'; '-' reads stdin).",
+        "with 'messages' and 'response'; '-' reads stdin). A record refused with "
+        "'busy' (a forget is rewriting the client's files) is sent again for up to 60 s.",
     )
     record.add_argument("client", help="a client id with memory enabled")
     record.add_argument("--conversation", metavar="ID", help="MCP-via-LLM session id")
@@ -41,12 +51,28 @@ def cmd_record(args: argparse.Namespace) -> int:
     method, params = chat_params(args) if args.chat else exchange_params(args)
     if args.timestamp:
         params["timestamp"] = args.timestamp
-    result = call(args, method, params)
+    result = call_patiently(args, method, params)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(describe(result))
     return EXIT_OK
+
+
+def call_patiently(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
+    """The call, sent again while memd answers `busy` with a retry hint (nothing written)."""
+    deadline = time.monotonic() + BUSY_PATIENCE
+    while True:
+        try:
+            return call(args, method, params)
+        except RemoteError as exc:
+            wait = exc.data.get("retry_after") if isinstance(exc.data, dict) else None
+            if exc.kind != "busy" or not isinstance(wait, int | float) or wait <= 0:
+                raise
+            if time.monotonic() + wait > deadline:
+                raise
+            print(f"memd: busy, trying again in {wait:g} s: {exc.message}", file=sys.stderr)
+            time.sleep(wait)
 
 
 def chat_params(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

@@ -2,20 +2,24 @@
 
 The human `status` shows everything that needs attention, not only the table: a rejected
 config edit, children that failed (with their last error and log), and sessions whose
-compaction keeps failing (with the error and the next retry).
+compaction keeps failing (with the error and the next retry). The daemon names its config
+by absolute path, and a note says when this command read another one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from memd.cli.common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     call,
+    config_source,
     duration,
     load,
     plural,
@@ -63,6 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     path, config = load(args)
+    path = Path(os.path.abspath(path))  # status names it from any folder, unambiguously
     try:
         return run_daemon(path, config, services=proxy_cli.services() + ui_cli.services())
     except (SocketSetupError, UntrustedPath) as exc:
@@ -85,6 +90,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     if status.get("config_error"):
         print(f"         last edit rejected: {status['config_error']}")
+    if note := config_note(args, status["config_path"]):
+        print(f"note     {note}")
     print(f"socket   {status['socket']}")
     print(f"memory   {status['memory_dir']}")
     if status.get("compaction"):
@@ -109,6 +116,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("needs attention:")
         print("\n".join(problems))
     return EXIT_OK
+
+
+def config_note(args: argparse.Namespace, daemon_config: str) -> str | None:
+    """A note when this command read another config than the daemon runs with (both
+    reached the same socket): what the CLI says about clients is then not the daemon's."""
+    mine, origin = config_source(getattr(args, "config", None))
+    absolute = Path(os.path.abspath(mine))
+    if Path(daemon_config) == absolute or not Path(daemon_config).is_absolute():
+        return None
+    return (
+        f"this command read {absolute} ({origin}), not the daemon's config; pass "
+        f"--config {daemon_config} (or set $MEMD_CONFIG) to use the same"
+    )
 
 
 def status_row(client_id: str, c: dict[str, Any]) -> list[str]:

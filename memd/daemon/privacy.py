@@ -21,7 +21,7 @@ from memd.access import check_client_id
 from memd.config import Config
 from memd.errors import UnknownClient
 from memd.layout import ClientLayout
-from memd.privacy import Plan, Selector, Target, export_page, forget, plan
+from memd.privacy import Plan, Selector, Target, export_page, forget, plan, query_gate
 from memd.privacy.export import Cursor
 from memd.recall import recall
 from memd.redaction import Scrubber
@@ -38,7 +38,9 @@ class PrivacyDesk:
         self.runtime = runtime
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+    async def forget(
+        self, client_id: str, selector: Selector, dry_run: bool = False
+    ) -> dict[str, Any]:
         if self._no_folder(client_id):
             # Nothing was ever recorded: an unknown session is still not_found, a time
             # range matches nothing; and no folder is created for it.
@@ -46,10 +48,12 @@ class PrivacyDesk:
             return {
                 "removed": {"exchanges": 0, "files": 0, "index_rows": 0, "sessions": 0},
                 "selector": selector.describe(),
+                "forgotten": [],
+                "forgotten_more": 0,
             }
         lock = self._locks.setdefault(client_id, asyncio.Lock())
         async with lock, self._target(client_id) as target:
-            result = await forget(target, selector)
+            result = await forget(target, selector, dry_run)
             await self.runtime.rebaseline(target.layout)
             return result
 
@@ -145,7 +149,7 @@ class PrivacyDesk:
         layout = client.layout
         cid = layout.client_id
 
-        async def search(query: str) -> list[tuple[str, str]]:
+        async def search(query: str) -> list[tuple[str, str, int | None]]:
             out = await recall(
                 client.searcher,
                 query,
@@ -153,9 +157,13 @@ class PrivacyDesk:
                 None,
                 None,
                 layout,
+                settings=query_gate(rt.config.recall),
                 lane=client.recall_lane,
             )
-            return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
+            return [
+                (str(layout.root / r["source"]), r["heading"], r["conversation"])
+                for r in out["results"]
+            ]
 
         async def count_rows(todo: Plan) -> int:
             return await _count_rows(client, todo)

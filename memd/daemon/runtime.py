@@ -69,9 +69,11 @@ class Runtime:
         self.edits = EditWatch()  # text a person removed from sessions/ (memd.daemon.edits)
         self._rebuilds: dict[str, asyncio.Task[None]] = {}
 
-    async def forget(self, client_id: str, selector: Selector) -> dict[str, Any]:
+    async def forget(
+        self, client_id: str, selector: Selector, dry_run: bool = False
+    ) -> dict[str, Any]:
         """memory.forget (memd.privacy.forget); also for a client whose memory is off."""
-        return await self.privacy.forget(client_id, selector)
+        return await self.privacy.forget(client_id, selector, dry_run)
 
     async def redact(
         self, client_id: str, only: list[str] | None, dry_run: bool, rebuild: bool | None = None

@@ -69,7 +69,9 @@ def parse_exchange_heading(title: str) -> tuple[datetime, int, str, str] | None:
     m = _EXCHANGE_TITLE_RE.match(title)
     if not m:
         return None
-    when = datetime.strptime(m.group(1), HEADING_TIME).replace(tzinfo=UTC)
+    # The pattern fixed the form: fromisoformat reads it ~30x faster than strptime (a
+    # forget parses every heading of a session), and fails on the same bad dates.
+    when = datetime.fromisoformat(m.group(1)[:-4]).replace(tzinfo=UTC)
     return when, int(m.group(2)), m.group(3) or "", m.group(4) or ""
 
 

@@ -9,7 +9,7 @@ from memd import public_face
 if TYPE_CHECKING:
     from memd.privacy.browse import list_conversations, preview, read_conversation
     from memd.privacy.export import MAX_PAGE_SIZE, PAGE_SIZE, export_page, iter_exchanges
-    from memd.privacy.forgetting import Target, forget
+    from memd.privacy.forgetting import Target, forget, query_gate
     from memd.privacy.select import Plan, Selector, make_selector, plan
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "make_selector",
     "plan",
     "preview",
+    "query_gate",
     "read_conversation",
 ]
 
@@ -33,7 +34,7 @@ __getattr__ = public_face(
     {
         "browse": ("list_conversations", "preview", "read_conversation"),
         "export": ("MAX_PAGE_SIZE", "PAGE_SIZE", "export_page", "iter_exchanges"),
-        "forgetting": ("Target", "forget"),
+        "forgetting": ("Target", "forget", "query_gate"),
         "select": ("Plan", "Selector", "make_selector", "plan"),
     },
 )

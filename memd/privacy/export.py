@@ -137,3 +137,28 @@ def export_page(
         out.append(record)
         last = position
     return {"exchanges": out, "next_cursor": None}
+
+
+def stored_conversation_ids(layout: ClientLayout) -> dict[tuple[str, int], str]:
+    """The MCP conversation ids from the client's state file, read only: for `memd export`
+    when the daemon is not running (the files are the user's; the ids make a re-import
+    land in the same conversations). Nothing when the state cannot be read."""
+    import sqlite3
+
+    from memd.sessions.store import STATE_FILE
+
+    path = layout.state_dir / STATE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = db.execute(
+                "SELECT session_id, number, external_id FROM conversations "
+                "WHERE kind = 'mcp' AND session_id IS NOT NULL AND external_id IS NOT NULL"
+            ).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return {}
+    return {(sid, number): cid for sid, number, cid in rows}

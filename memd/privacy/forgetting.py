@@ -3,11 +3,13 @@
 Order of work, each step safe to repeat:
 
 1. plan: which exchanges the selector names, read from the transcript files
-   (`memd.privacy.select`); a selector that names nothing changes nothing;
+   (`memd.privacy.select`); a selector that names nothing changes nothing, a query
+   that names nothing is refused; what the plan names is listed (`forgotten`), and a
+   dry run stops here;
 2. count the index rows that hold them (for the report), while the index still has them;
 3. cut them out of the transcripts, the archive and the session state
-   (`ClientSessions.erase`: rewritten atomically, recording waits a moment, nothing
-   decided is lost);
+   (`ClientSessions.erase`: rewritten atomically; nothing decided is lost, and a record
+   arriving meanwhile is refused with `busy` rather than queued behind the rewrite);
 4. summaries that covered any of it: regenerated from what is left when compaction is
    configured, otherwise removed (the rest of the archived transcript comes back into
    sessions/, so it stays recallable);
@@ -22,6 +24,7 @@ holds the forgotten text.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,14 +33,16 @@ from typing import Any
 import structlog
 
 from memd.compaction import Compactor, restore_files
+from memd.config import RecallConfig
+from memd.errors import IndexUnavailable, NotFound
 from memd.layout import ClientLayout
 from memd.markdown import exchange_spans, fsync_dir
-from memd.privacy.select import Plan, Selector, plan
+from memd.privacy.select import Hit, Plan, Selector, listing, plan
 from memd.sessions import ClientSessions
 
 log = structlog.get_logger()
 
-Hits = list[tuple[str, str]]  # (source path, heading) of recall results
+Hits = list[Hit]  # (source path, heading, conversation) of recall's relevant results
 
 
 @dataclass
@@ -53,24 +58,49 @@ class Target:
     reindex: Callable[[], Awaitable[None]] | None = None
 
 
-async def forget(target: Target, selector: Selector) -> dict[str, Any]:
-    """Forget what `selector` names; the counts of what was removed."""
+def query_gate(settings: RecallConfig) -> RecallConfig:
+    """The recall settings a forget by query searches with: recall's own, whose gate
+    (`memd.recall.relevant`, applied inside recall) then keeps no result under
+    `min_score`, the relevance recall calls relevant. A recall may show weaker results
+    beside a relevant one; a destructive command acts on none of them."""
+    return dataclasses.replace(settings, drop_below=max(settings.drop_below, settings.min_score))
+
+
+async def forget(target: Target, selector: Selector, dry_run: bool = False) -> dict[str, Any]:
+    """Forget what `selector` names; the counts of what was removed, and the exchanges by
+    name (`forgotten`). With `dry_run`, what would be removed, and nothing changes.
+
+    Raises NotFound when a query matches nothing recall calls relevant: a destructive
+    command that found nothing to act on says so rather than reporting zero."""
     layout = target.layout
     external = {cid: key for key, cid in target.sessions.conversation_ids().items()}
     hits: Hits = []
     if selector.query is not None:
         if target.search is None:
-            from memd.errors import IndexUnavailable
-
             raise IndexUnavailable(
                 "forgetting by query needs the client's index: enable "
                 "memory for it, or forget by session or time"
             )
         hits = await target.search(selector.query)
     todo = await asyncio.to_thread(plan, layout, selector, external, hits)
+    if selector.query is not None and not todo.cuts and not todo.summaries:
+        raise NotFound(
+            "nothing relevant to that query in memory (recall shows nothing for it): "
+            "nothing was forgotten",
+            data={"param": "query"},
+        )
+    listed, more = await asyncio.to_thread(listing, layout, todo)
     removed = {"exchanges": 0, "files": 0, "index_rows": 0, "sessions": 0}
+    report: dict[str, Any] = {
+        "removed": removed,
+        "selector": selector.describe(),
+        "forgotten": listed,
+        "forgotten_more": more,
+    }
+    if dry_run:
+        return {**report, "dry_run": True}
     if not todo.cuts and not todo.summaries:
-        return {"removed": removed, "selector": selector.describe()}
+        return report
     if target.count_rows is not None:
         removed["index_rows"] = await target.count_rows(todo)
     erased = await target.sessions.erase(todo.cuts, _files_lock(target))
@@ -80,7 +110,7 @@ async def forget(target: Target, selector: Selector) -> dict[str, Any]:
     if target.reindex is not None:
         await target.reindex()
     log.info("forget.done", client=layout.client_id, **removed)
-    return {"removed": removed, "selector": selector.describe()}
+    return report
 
 
 async def _summaries(target: Target, todo: Plan) -> int:

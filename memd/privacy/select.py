@@ -3,9 +3,11 @@
 Selectors (exactly one per call): `session_id` (every exchange of it), `conversation_id`
 (an MCP conversation id; or, with `session_id`, the conversation's number in that
 session), `after`/`before` (exchange times, same forms as recall), `query` (the
-exchanges recall returns for it), `all`. The plan is a set of (conversation, exchange)
-keys per session; the files are read, never the state, so what a person already edited
-away is not counted again.
+exchanges recall shows as relevant for it, by recall's own gate, each one by its own
+heading: a conversation header or a summary hit never stands for more), `exchanges`
+(exact (session, conversation, exchange) keys: what a preview showed), `all`. The plan
+is a set of (conversation, exchange) keys per session; the files are read, never the
+state, so what a person already edited away is not counted again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from memd.errors import InvalidParams, NotFound
 from memd.indexing import in_range
@@ -22,6 +25,10 @@ from memd.markdown import SESSION_ID_RE, Span, exchange_spans
 from memd.privacy.export import session_files
 
 Key = tuple[int, int]  # (conversation number, exchange number) within one session file
+MAX_EXACT = 1000  # exact keys in one call (a preview shows a recall's few results)
+MAX_LISTED = 1000  # exchanges a forget's result lists by name; the rest are counted
+
+Hit = tuple[str, str, int | None]  # recall result: source path, heading, conversation
 
 ExternalIds = Mapping[str, tuple[str, int]]  # MCP conversation id -> (session_id, number)
 
@@ -36,12 +43,15 @@ class Selector:
     before: datetime | None = None
     query: str | None = None
     all: bool = False
+    exchanges: tuple[tuple[str, int, int], ...] | None = None
 
     def describe(self) -> str:
         if self.all:
             return "all memory"
         if self.query is not None:
-            return f"the exchanges recall finds for {self.query!r}"
+            return f"the exchanges recall finds relevant for {self.query!r}"
+        if self.exchanges is not None:
+            return f"{len(self.exchanges)} named exchange(s)"
         if self.conversation is not None:
             where = f" of session {self.session_id}" if self.session_id else ""
             return f"conversation {self.conversation}{where}"
@@ -62,6 +72,7 @@ def make_selector(
     before: datetime | None = None,
     query: str | None = None,
     all: bool = False,
+    exchanges: Iterable[tuple[str, int, int]] | None = None,
 ) -> Selector:
     """Check that exactly one selector is given (a conversation number needs its session)."""
     given = [
@@ -71,6 +82,7 @@ def make_selector(
             ("conversation_id", conversation_id is not None),
             ("after/before", after is not None or before is not None),
             ("query", query is not None),
+            ("exchanges", exchanges is not None),
             ("all", all),
         )
         if on
@@ -78,7 +90,7 @@ def make_selector(
     if len(given) != 1:
         raise InvalidParams(
             "give exactly one of session_id, conversation_id, after/before, "
-            f"query, all (got {', '.join(given) or 'none'})",
+            f"query, exchanges, all (got {', '.join(given) or 'none'})",
             data={"param": given[1] if len(given) > 1 else "session_id"},
         )
     if session_id is not None and not SESSION_ID_RE.match(session_id):
@@ -95,7 +107,20 @@ def make_selector(
         raise InvalidParams("query must not be empty", data={"param": "query"})
     if after is not None and before is not None and after >= before:
         raise InvalidParams("after must be earlier than before", data={"param": "after"})
-    return Selector(session_id, conversation_id, after, before, query, all)
+    keys = None if exchanges is None else _exact(exchanges)
+    return Selector(session_id, conversation_id, after, before, query, all, keys)
+
+
+def _exact(exchanges: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, int], ...]:
+    keys = tuple(exchanges)
+    if not keys or len(keys) > MAX_EXACT:
+        raise InvalidParams(
+            f"exchanges must name 1 to {MAX_EXACT} exchanges", data={"param": "exchanges"}
+        )
+    for sid, _conv, _ex in keys:
+        if not SESSION_ID_RE.match(sid):
+            raise InvalidParams(f"{sid!r} is not a session id", data={"param": "exchanges"})
+    return keys
 
 
 @dataclass
@@ -119,9 +144,9 @@ def plan(
     layout: ClientLayout,
     selector: Selector,
     external: ExternalIds,
-    hits: Iterable[tuple[str, str]] = (),
+    hits: Iterable[Hit] = (),
 ) -> Plan:
-    """The exchanges `selector` names. `hits` are recall's (source, heading) for a query.
+    """The exchanges `selector` names. `hits` are recall's relevant results for a query.
 
     Raises NotFound for a session or conversation that does not exist; a time range or
     query that matches nothing gives an empty plan.
@@ -148,6 +173,8 @@ def plan(
         out.summaries.add(sid)
     elif selector.query is not None:
         _plan_hits(layout, files, hits, out)
+    elif selector.exchanges is not None:
+        _plan_exact(files, selector.exchanges, out)
     else:
         for sid, path in files.items():
             out.add(
@@ -160,9 +187,7 @@ def plan(
             )
         if selector.all:
             out.summaries.update(_summary_ids(layout))
-    for sid in out.cuts:
-        if layout.summary_file(sid).exists():
-            out.summaries.add(sid)
+    out.summaries.update(sid for sid in out.cuts if layout.summary_file(sid).exists())
     return out
 
 
@@ -200,13 +225,14 @@ def _summary_ids(layout: ClientLayout) -> set[str]:
 
 
 def _plan_hits(
-    layout: ClientLayout, files: Mapping[str, Path], hits: Iterable[tuple[str, str]], out: Plan
+    layout: ClientLayout, files: Mapping[str, Path], hits: Iterable[Hit], out: Plan
 ) -> None:
-    """Recall's hits back to exchanges: a transcript hit names its exchange by heading; a
-    summary hit names the summary (regenerated or removed)."""
+    """Recall's hits back to exchanges: a transcript hit names one exchange by its heading
+    and conversation number (a conversation header's hit names none: it is never taken for
+    the whole conversation); a summary hit names the summary (regenerated or removed)."""
     sessions = layout.sessions.resolve()
-    wanted: dict[str, set[str]] = {}
-    for source, heading in hits:
+    wanted: dict[str, set[tuple[int | None, str]]] = {}
+    for source, heading, conversation in hits:
         path = Path(source)
         if path.parent.resolve() != sessions:
             continue
@@ -214,12 +240,58 @@ def _plan_hits(
         if name.endswith("-summary.md") and SESSION_ID_RE.match(name[: -len("-summary.md")]):
             out.summaries.add(name[: -len("-summary.md")])
         elif SESSION_ID_RE.match(path.stem) and path.stem in files:
-            wanted.setdefault(path.stem, set()).add(heading)
-    for sid, headings in wanted.items():
+            wanted.setdefault(path.stem, set()).add((conversation, heading))
+    for sid, named in wanted.items():
         try:
             lines = files[sid].read_bytes().decode("utf-8", "replace").split("\n")
         except FileNotFoundError:
             continue
         out.add(
-            sid, [s.key for s in exchange_spans("\n".join(lines)) if lines[s.start][3:] in headings]
+            sid,
+            [
+                s.key
+                for s in exchange_spans("\n".join(lines))
+                if (s.conversation, lines[s.start][3:]) in named
+            ],
         )
+
+
+def _plan_exact(
+    files: Mapping[str, Path], exchanges: Iterable[tuple[str, int, int]], out: Plan
+) -> None:
+    """Exactly the named exchanges that still exist (a preview's list, confirmed)."""
+    named: dict[str, set[Key]] = {}
+    for sid, conv, ex in exchanges:
+        named.setdefault(sid, set()).add((conv, ex))
+    for sid, keys in named.items():
+        path = files.get(sid)
+        if path is not None:
+            out.add(sid, [s.key for s in _spans(path) if s.key in keys])
+    if not out.cuts:
+        raise NotFound("none of the named exchanges exists", data={"param": "exchanges"})
+
+
+def listing(
+    layout: ClientLayout, todo: Plan, limit: int = MAX_LISTED
+) -> tuple[list[dict[str, Any]], int]:
+    """The planned exchanges as people know them (session, conversation, exchange, time,
+    title), oldest session first, at most `limit`; and how many more there are."""
+    files = dict(session_files(layout))
+    out: list[dict[str, Any]] = []
+    total = 0
+    for sid in sorted(todo.cuts):
+        keys = todo.cuts[sid]
+        total += len(keys)
+        path = files.get(sid)
+        for span in _spans(path) if path is not None and len(out) < limit else []:
+            if span.key in keys and len(out) < limit:
+                out.append(
+                    {
+                        "session_id": sid,
+                        "conversation": span.conversation,
+                        "exchange": span.exchange,
+                        "time": span.when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "title": span.title,
+                    }
+                )
+    return out, total - len(out)

@@ -9,6 +9,10 @@ the one before it): turn 2 of a chat must not reach memd before turn 1, or it wo
 be seen as a continuation of it. That order is also what lets a turn name the record
 of the one before (a `Continuation`, memd/proxy/responses.py): its `after` is looked up
 only when its turn to be recorded comes, when the record before it is done.
+
+A record refused with `busy` (memd is forgetting from that client's memory, which takes
+seconds for a long chat) has written nothing, so it is sent again after the hint in the
+error (`retry_after`), for up to BUSY_PATIENCE seconds; past that it counts as failed.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from typing import Any, Protocol
 
 import structlog
 
+from memd.errors import Busy
 from memd.proxy.rpc import AsyncMemdClient
 
 log = structlog.get_logger()
+
+BUSY_PATIENCE = 120.0  # seconds a record refused with `busy` keeps being retried
 
 
 @dataclass
@@ -104,7 +111,7 @@ class Recorder:
             params["messages"] = messages
             if after is not None:
                 params["after"] = after
-            result = await self.rpc.call("memory.record_chat", params)
+            result = await self._call(params)
             if continuation is not None:
                 continuation.recorded(result)
         except asyncio.CancelledError:
@@ -121,6 +128,21 @@ class Recorder:
             conversation=result.get("conversation"),
             ms=round((time.monotonic() - started) * 1000, 2),
         )
+
+    async def _call(self, params: dict[str, Any]) -> Any:
+        """record_chat, sent again while memd answers `busy` (nothing was written)."""
+        deadline = time.monotonic() + BUSY_PATIENCE
+        while True:
+            try:
+                return await self.rpc.call("memory.record_chat", params)
+            except Busy as exc:
+                wait = exc.data.get("retry_after")
+                if not isinstance(wait, int | float) or wait <= 0:
+                    raise
+                if time.monotonic() + wait > deadline:
+                    raise
+                log.info("proxy.record_busy", client=params["client_id"], retry_after=wait)
+                await asyncio.sleep(wait)
 
     def _failed(self, client_id: str, error: str) -> None:
         self.stats.record_failures += 1

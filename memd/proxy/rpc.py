@@ -4,7 +4,8 @@ Framing is memd's: one JSON message per line, UTF-8, newline-terminated. memd an
 each request as it completes (not in request order), so replies are matched by `id`,
 and one connection carries any number of concurrent calls. The connection is opened on
 first use and again after it breaks; a call that was in flight when it broke fails with
-`MemdUnavailable` (the proxy never retries a record: a retry could write twice).
+`MemdUnavailable` (the proxy never retries such a record: a retry could write twice; a
+`busy` refusal wrote nothing and is retried, see memd.proxy.recorder).
 """
 
 from __future__ import annotations

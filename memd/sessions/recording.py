@@ -9,6 +9,13 @@ against the prefix index, rendering) runs in the client's worker thread meanwhil
 the event loop serves every other client; a `record_chat` of 150k messages had held it
 for 12-24 s. A failed write voids the state while such a step runs: the step notices
 (`_Stale`) and the call decides again on the reloaded state.
+
+While `memory.forget` rewrites the client's files (`ClientSessions.erase`, seconds for a
+long chat), record calls are refused at once with `busy` (a retry hint in its data)
+instead of queueing behind it: a queued call was answered only after the rewrite and
+written even when its caller had given up by then, so a caller that retries on timeout
+recorded it twice. A refused call has written nothing; one already deciding finishes
+first (the rewrite waits for it).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from memd.errors import Busy
 from memd.layout import ClientLayout
 from memd.markdown import Part, transcript
 from memd.redaction import Scrubbed, Scrubber
@@ -33,6 +41,7 @@ T = TypeVar("T")
 OFFLOAD_MESSAGES = 256  # hash, match and render bigger requests in a thread, off the loop
 # Clean and escape bigger exchanges in a thread: 7.5 MiB held the event loop for 0.8 s.
 OFFLOAD_CHARS = 256 * 1024
+RETRY_AFTER = 1.0  # seconds: the hint a record refused during a rewrite gets
 
 
 class _Stale(Exception):
@@ -54,6 +63,17 @@ class Recording:
     scrubber: Scrubber
     _seal_key: bytes
     _disk: StateStore
+    _rewriting: int  # rewrites (forget's erase, resync) running or waiting for the lock
+    client_id: str
+
+    def _refuse_while_rewriting(self) -> None:
+        """Fail fast with `busy` while a rewrite holds or awaits the decision lock."""
+        if self._rewriting:
+            raise Busy(
+                f"memd is forgetting from the memory of client {self.client_id!r}; nothing "
+                f"was recorded, retry in {RETRY_AFTER:g} s",
+                data={"retry_after": RETRY_AFTER, "client_id": self.client_id},
+            )
 
     async def _wait_ready(self) -> None:
         raise NotImplementedError
@@ -90,6 +110,7 @@ class Recording:
             else b""
         )
         while True:
+            self._refuse_while_rewriting()
             async with self._deciding:
                 await self._wait_ready()
                 book = self._book
@@ -179,6 +200,7 @@ class Recording:
         sealed_base = sealing.seal(key, sealing.unmask(key, base)) if base is not None else None
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
+            self._refuse_while_rewriting()
             async with self._deciding:
                 await self._wait_ready()
                 try:

@@ -111,6 +111,7 @@ class ClientSessions(Recording, Importing):
         self._reopening: dict[str, asyncio.Future[None]] = {}
         self._deciding = asyncio.Lock()  # held while a call decides and queues its change
         self._generation = 0  # counts reloads: a decision spanning one decides again
+        self._rewriting = 0  # record calls get `busy` while > 0 (memd.sessions.recording)
         self._ready = asyncio.Event()
         # Set when reloading the state after a failed write failed too (disk read-only,
         # full): calls fail fast with StorageError and the next call tries the reload again.
@@ -278,8 +279,9 @@ class ClientSessions(Recording, Importing):
     ) -> Erased:
         """Cut exchanges out of files and state for `memory.forget` (memd.sessions.erase).
 
-        Record calls wait while it runs (one rewrite per file); whatever was decided before
-        is committed first, and memory is rebuilt from the state afterwards.
+        Record calls are refused with `busy` while it runs (one rewrite per file); whatever
+        was decided before is committed first, and memory is rebuilt from the state
+        afterwards.
         """
         return await self._paused(erase, self._disk, cuts, files_lock)
 
@@ -298,15 +300,21 @@ class ClientSessions(Recording, Importing):
         await self._paused(None)
 
     async def _paused(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
-        async with self._deciding:
-            await self._wait_ready()
-            self._ready.clear()
-            try:
-                await self._committer.submit(Change(), [])  # barrier: decided means on disk
-                return await self._committer.io(fn, *args) if fn is not None else None
-            finally:
-                await self._committer.io(self._disk.close)
-                await self._reload()
+        """Run `fn` in the IO thread with the state closed; record calls arriving
+        meanwhile get `busy` rather than wait (calls already queued for the lock go first)."""
+        self._rewriting += 1
+        try:
+            async with self._deciding:
+                await self._wait_ready()
+                self._ready.clear()
+                try:
+                    await self._committer.submit(Change(), [])  # barrier: decided is on disk
+                    return await self._committer.io(fn, *args) if fn is not None else None
+                finally:
+                    await self._committer.io(self._disk.close)
+                    await self._reload()
+        finally:
+            self._rewriting -= 1
 
     def active_session(self) -> dict[str, Any] | None:
         """The current session (where new conversations go), or None."""

@@ -21,7 +21,13 @@ from memd.api.privacy import _time
 from memd.errors import IndexUnavailable, InvalidParams, MemdError, UnknownClient
 from memd.indexing import IndexUnavailableError
 from memd.layout import ClientLayout
-from memd.privacy import list_conversations, make_selector, preview, read_conversation
+from memd.privacy import (
+    list_conversations,
+    make_selector,
+    preview,
+    query_gate,
+    read_conversation,
+)
 from memd.recall import recall
 from memd.rpc import JsonParams, Params, Registry
 
@@ -110,14 +116,18 @@ async def forget_preview(app: App, params: JsonParams) -> dict[str, Any]:
     external = {}
     if live is not None:
         external = {cid: key for key, cid in live.sessions.conversation_ids().items()}
-    hits: list[tuple[str, str]] = []
+    hits: list[tuple[str, str, int | None]] = []
     if query is not None:
         hits = await _hits(app, live, query)
     return await asyncio.to_thread(preview, layout, selector, external, hits)
 
 
-async def _hits(app: App, live: ClientServices | None, query: str) -> list[tuple[str, str]]:
-    """The (source, heading) pairs `memory.forget` would take for a query (memd.daemon.privacy)."""
+async def _hits(
+    app: App, live: ClientServices | None, query: str
+) -> list[tuple[str, str, int | None]]:
+    """The (source, heading, conversation) of each hit `memory.forget` would take for a
+    query: recall's results under forget's gate (memd.privacy.query_gate), as
+    memd.daemon.privacy searches."""
     if live is None:
         raise IndexUnavailable(
             "forgetting by query needs the client's index: enable memory for it, "
@@ -132,6 +142,7 @@ async def _hits(app: App, live: ClientServices | None, query: str) -> list[tuple
             None,
             None,
             layout,
+            settings=query_gate(app.runtime.config.recall),
             lane=live.recall_lane,
         )
     except IndexUnavailableError:
@@ -139,7 +150,9 @@ async def _hits(app: App, live: ClientServices | None, query: str) -> list[tuple
             "the memory index is starting or restarting; retry shortly",
             data={"client_id": layout.client_id},
         ) from None
-    return [(str(layout.root / r["source"]), r["heading"]) for r in out["results"]]
+    return [
+        (str(layout.root / r["source"]), r["heading"], r["conversation"]) for r in out["results"]
+    ]
 
 
 def _now() -> datetime:

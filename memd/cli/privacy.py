@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from memd.cli.client import ClientError, MemdClient, RemoteError
+from memd.cli.client import ClientError, MemdClient
 from memd.config import socket_for
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

@@ -182,7 +182,7 @@ def preview(
     layout: ClientLayout,
     selector: Selector,
     external: ExternalIds,
-    hits: list[tuple[str, str]],
+    hits: list[tuple[str, str, int | None]],
 ) -> dict[str, Any]:
     """What `memory.forget` with `selector` would remove now, exchange by exchange.
 

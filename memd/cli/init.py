@@ -70,12 +70,27 @@ TEMPLATE = """\
 # read_timeout_seconds = {p[read_timeout_seconds]}
 # max_tool_rounds = {p[max_tool_rounds]}
 # allow_non_loopback = {p[allow_non_loopback]}
+# anthropic_base_url = {p[anthropic_base_url]}   # the Messages API's upstream (Claude Code, SDK apps)
+# anthropic_api_key = {p[anthropic_api_key]}      # "env:VAR" reads the variable
+
+# [ui]                        # the memory browser on loopback (`memd ui` prints a login link)
+# enabled = {u[enabled]}
+# listen = {u[listen]}
+# allow_non_loopback = {u[allow_non_loopback]}
+# max_connections = {u[max_connections]}
+# header_timeout_seconds = {u[header_timeout_seconds]}
+
+# [privacy]                   # secrets become [redacted: kind] before anything is written
+# redact_secrets = {v[redact_secrets]}
+# allow = []                  # built-in kinds not to redact, e.g. ["jwt"]
+# patterns = []               # your own: [{{ kind = "employee-id", regex = "EMP-[0-9]{{6}}" }}]
 
 # [recall]                    # ranking and filtering (docs/quality.md)
 # bm25_weight = {r[bm25_weight]}
 # min_score = {r[min_score]}
 # drop_below = {r[drop_below]}
 # follow_questions = {r[follow_questions]}
+# neighbours = {r[neighbours]}
 
 # [limits]                    # bounds that keep one caller from stalling the others
 # max_connections = {l[max_connections]}
@@ -164,6 +179,8 @@ def render(client: str, mode: str) -> str:
         p=_toml_values(top.proxy),
         r=_toml_values(top.recall),
         l=_toml_values(top.limits),
+        u=_toml_values(top.ui),
+        v=_toml_values(top.privacy),
         inject=str(ClientConfig().inject_recall).lower(),
     )
 

@@ -70,7 +70,7 @@ TEMPLATE = """\
 # read_timeout_seconds = {p[read_timeout_seconds]}
 # max_tool_rounds = {p[max_tool_rounds]}
 # allow_non_loopback = {p[allow_non_loopback]}
-# anthropic_base_url = {p[anthropic_base_url]}   # the Messages API's upstream (Claude Code, SDK apps)
+# anthropic_base_url = {p[anthropic_base_url]}   # the Messages API upstream (Claude Code)
 # anthropic_api_key = {p[anthropic_api_key]}      # "env:VAR" reads the variable
 
 # [ui]                        # the memory browser on loopback (`memd ui` prints a login link)

@@ -248,6 +248,35 @@ METHODS: dict[str, tuple[Fields, Fields]] = {
         {"client_id": good_clients, "messages": chats(), "response": responses},
         {"timestamp": timestamps},
     ),
+    "memory.import_exchanges": (
+        {
+            "client_id": good_clients,
+            "conversation_id": st.one_of(words, ids),
+            "exchanges": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "user": texts,
+                        "assistant": texts,
+                        "timestamp": timestamps,
+                        "exchange_id": st.one_of(words, ids),
+                    },
+                    optional={"conversation": st.integers(-3, 10), "exchange": st.integers(-3, 10)},
+                ),
+                min_size=0,
+                max_size=3,
+            ),
+        },
+        {"session_id": ids, "title": texts},
+    ),
+    "memory.redact": (
+        {"client_id": good_clients},
+        {
+            # Fuzzed texts hold no secret, so a real run changes nothing and rebuilds nothing.
+            "dry_run": st.sampled_from([True, False, "yes", 1]),
+            "files": st.lists(st.one_of(words, st.just("sessions/../x.md")), max_size=2),
+            "rebuild": st.sampled_from([False, "no", 0]),
+        },
+    ),
     "sessions.list": ({"client_id": good_clients}, {}),
     "sessions.close": ({"client_id": good_clients}, {}),
     "sessions.recompact": ({"client_id": good_clients}, {"session_id": ids}),

@@ -4,17 +4,21 @@ A test daemon dies with the test session however the session ends (issue 24: a p
 stopped with Ctrl-C or killed left `memd run` and its children under pid 1): it is
 started through a launcher that sets PR_SET_PDEATHSIG (Linux), every one still running
 at the end of the session is stopped (`stop_all`, from conftest), and its runtime files
-(the zygote's socket) go to a folder beside its config, not to the user's
-$XDG_RUNTIME_DIR.
+(the zygote's and index servers' sockets) go to a private folder of the test run, not to
+the user's $XDG_RUNTIME_DIR: a short one under /tmp (made 0700, removed at the session's
+end), because a socket path beside the config under xdist's temp folders passed the
+108-byte limit of AF_UNIX and the index servers could not listen.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ if os.getppid() != int(sys.argv[1]):
 os.execv(sys.argv[2], sys.argv[2:])
 """
 _RUNNING: list[DaemonProcess] = []
+_RUNTIME_DIRS: list[Path] = []  # removed by stop_all at the session's end
 
 
 def die_with_us(argv: list[str]) -> list[str]:
@@ -50,6 +55,8 @@ def stop_all() -> None:
         proc = _RUNNING.pop()
         with contextlib.suppress(Exception):
             proc.stop(timeout=10)
+    while _RUNTIME_DIRS:
+        shutil.rmtree(_RUNTIME_DIRS.pop(), ignore_errors=True)
 
 
 def write_config(path: Path, data: dict[str, Any]) -> Path:
@@ -78,8 +85,8 @@ class DaemonProcess:
 
     def __init__(self, config_path: Path, env: dict[str, str] | None = None) -> None:
         self.config_path = config_path
-        runtime = config_path.parent / "xdg"
-        runtime.mkdir(mode=0o700, exist_ok=True)
+        runtime = Path(tempfile.mkdtemp(prefix="memd-rt-", dir="/tmp"))  # 0700, short
+        _RUNTIME_DIRS.append(runtime)
         self.env = {
             **os.environ,
             "HOME": str(config_path.parent / "home"),

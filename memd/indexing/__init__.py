@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         Hit,
         IndexSearcher,
         IndexUnavailableError,
-        Section,
         expand_hit,
         in_range,
     )
@@ -47,7 +46,6 @@ __all__ = [
     "IndexTarget",
     "IndexUnavailableError",
     "Pipelines",
-    "Section",
     "catch_up",
     "collection_name",
     "ensure_dirs",
@@ -87,7 +85,6 @@ __getattr__ = public_face(
             "Hit",
             "IndexSearcher",
             "IndexUnavailableError",
-            "Section",
             "expand_hit",
             "in_range",
         ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -206,8 +207,11 @@ def test_kill_9_of_the_shared_index_server_under_load_loses_nothing(
 
 
 def test_a_shared_index_server_that_cannot_start_falls_back_to_one_per_client(
-    config_file, daemon_factory, tmp_path
+    config_file, daemon_factory, tmp_path, monkeypatch
 ) -> None:
+    # The daemon's runtime folder, known here (short: its sockets' paths must fit AF_UNIX).
+    runtime = Path(tempfile.mkdtemp(prefix="memd-rt-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     # A folder where the control socket goes: the shared process exits at every start.
     control = SharedIndex.control_path(tmp_path / "memory")
     control.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

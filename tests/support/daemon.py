@@ -40,6 +40,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 _RUNNING: list[DaemonProcess] = []
 _RUNTIME_DIRS: list[Path] = []  # removed by stop_all at the session's end
+_SESSION_RUNTIME = os.environ.get("XDG_RUNTIME_DIR", "")  # the user's, never a daemon's
 
 
 def die_with_us(argv: list[str]) -> list[str]:
@@ -80,13 +81,23 @@ def base_config(tmp: Path, **extra: Any) -> dict[str, Any]:
     return data
 
 
+def _runtime_dir(config_path: Path) -> Path:
+    """The daemon's $XDG_RUNTIME_DIR: the test's own when it set one (a test of the default
+    socket place, or one that plants something there), else a short private folder."""
+    chosen = os.environ.get("XDG_RUNTIME_DIR", "")
+    if chosen and (chosen != _SESSION_RUNTIME or Path(chosen).is_relative_to(config_path.parent)):
+        return Path(chosen)
+    runtime = Path(tempfile.mkdtemp(prefix="memd-rt-", dir="/tmp"))  # 0700, short
+    _RUNTIME_DIRS.append(runtime)
+    return runtime
+
+
 class DaemonProcess:
     """One `memd run --config PATH` child; `stop()` always reaps it."""
 
     def __init__(self, config_path: Path, env: dict[str, str] | None = None) -> None:
         self.config_path = config_path
-        runtime = Path(tempfile.mkdtemp(prefix="memd-rt-", dir="/tmp"))  # 0700, short
-        _RUNTIME_DIRS.append(runtime)
+        runtime = _runtime_dir(config_path)
         self.env = {
             **os.environ,
             "HOME": str(config_path.parent / "home"),

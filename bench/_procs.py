@@ -28,7 +28,10 @@ def kind_of(proc: psutil.Process) -> str:
         return "gone"
     if "memd.supervision.zygote" in line:  # first: its argv names the modules it forks
         return "zygote"
-    if "memd.indexing.index_server" in line or "memd.indexing.shared_index_server" in line:
+    if (
+        "memd.indexing.children.index_server" in line
+        or "memd.indexing.children.shared_index_server" in line
+    ):
         return "index_server"
     watcher = "memd.indexing.watch" in line or "memsearch" in line
     if watcher and " watch " in f" {line} ":

@@ -27,7 +27,7 @@ from typing import Any
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
-from memd.indexing.index_server import index_ready
+from memd.indexing.children import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.settings import IndexTarget
 
@@ -129,7 +129,7 @@ def memd_server(tmp: Path) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "memd.indexing.index_server",
+            "memd.indexing.children.index_server",
             "--data-dir",
             str(tmp / "memd-data"),
             "--socket",

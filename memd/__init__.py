@@ -13,7 +13,7 @@ def public_face(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[
     """A package's `__getattr__` (PEP 562) that imports a public name's module on first use.
 
     Each subpackage names its public surface in `__all__`; importing the package itself
-    stays free. That matters for the children: `python -m memd.indexing.index_server` must
+    stays free. That matters for the children: `python -m memd.indexing.children.index_server` must
     not load the embedding model or the search client just because they share a package,
     and `memd mcp` describes the recall tool without importing pymilvus.
     """

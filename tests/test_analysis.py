@@ -118,8 +118,8 @@ def milvus_server_stand_in(children: list[Child], data_dir: Path, log: Path) -> 
     server does natively. Returns its URI."""
     port = _free_port()
     code = (
-        "import runpy, sys; from memd.indexing.analysis import install_lite_analyzers; "
-        "install_lite_analyzers(); sys.argv = ['milvus_lite'] + sys.argv[1:]; "
+        "import runpy, sys; from memd.indexing.engine import prepare_index_server; "
+        "prepare_index_server(); sys.argv = ['milvus_lite'] + sys.argv[1:]; "
         "runpy.run_module('milvus_lite', run_name='__main__')"
     )
     child = Child(

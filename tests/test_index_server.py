@@ -1,4 +1,5 @@
-"""The per-client index server: a real `python -m memd.indexing.index_server` on a Unix socket.
+"""The per-client index server: a real `python -m memd.indexing.children.index_server` on a
+Unix socket.
 
 The process helpers here (Child, wait_for, start_index_server, stopping_children,
 short_dir) are shared with test_indexing.py and test_search.py.
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from memd.indexing.index_server import index_ready
+from memd.indexing.children import index_ready
 from tests.support.embedding import embed_one
 
 
@@ -118,7 +119,7 @@ def start_index_server(children: list[Child], data_dir: Path, sock: Path, log_pa
     argv = [
         sys.executable,
         "-m",
-        "memd.indexing.index_server",
+        "memd.indexing.children.index_server",
         "--data-dir",
         str(data_dir),
         "--socket",
@@ -198,7 +199,7 @@ def test_a_second_server_on_the_same_database_fails_without_touching_the_socket(
         [
             sys.executable,
             "-m",
-            "memd.indexing.index_server",
+            "memd.indexing.children.index_server",
             "--data-dir",
             str(data),
             "--socket",

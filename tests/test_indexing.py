@@ -1,6 +1,7 @@
 """Per-client indexing: generated settings, command lines, rebuilds, and the real pipeline.
 
-End-to-end tests run the real thing: `python -m memd.indexing.index_server` on a Unix socket, an
+End-to-end tests run the real thing: `python -m memd.indexing.children.index_server` on a
+Unix socket, an
 unmodified `memsearch watch` subprocess, memd's embedding endpoint, and pymilvus reads.
 The only stand-in is a "remote" OpenAI-compatible embedding API (a real HTTP server on
 127.0.0.1) for the model-change test.
@@ -31,8 +32,8 @@ import pytest
 from memd import indexing
 from memd.config import Config, EmbeddingConfig, MilvusConfig
 from memd.indexing import catch_up_run, embedding, index_lock
+from memd.indexing.children import index_ready
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
-from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.settings import IndexSettings
 from memd.layout import ClientLayout, write_memsearch_toml
@@ -104,7 +105,7 @@ def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path)
     assert argv[:5] == [
         sys.executable,
         "-m",
-        "memd.indexing.memsearch_watch",
+        "memd.indexing.children.memsearch_watch",
         "watch",
         str(layout.sessions),
     ]
@@ -135,7 +136,7 @@ def test_index_server_command_serves_the_client_database(tmp_path: Path) -> None
     assert list(cmd.argv) == [
         sys.executable,
         "-m",
-        "memd.indexing.index_server",
+        "memd.indexing.children.index_server",
         "--data-dir",
         str(layout.memsearch_dir / "milvus"),
         "--socket",

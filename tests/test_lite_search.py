@@ -1,4 +1,4 @@
-"""Milvus Lite searches with visibility reused per generation (memd.indexing.lite_search)
+"""Milvus Lite searches with visibility reused per generation (memd.indexing.engine.lite_search)
 return what Lite's own code returns: over several segments, upserted and deleted keys,
 filters, both the dense and the BM25 path, and again after every change.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from memd.indexing import analysis
+from memd.indexing import analysis, engine
 
 DIM = 8
 WORDS = [
@@ -38,7 +38,7 @@ WORDS = [
 
 @pytest.fixture
 def coll(tmp_path: Path) -> Iterator[Any]:
-    analysis.install_lite_analyzers()
+    engine.prepare_index_server()
     from milvus_lite.db import MilvusLite
     from milvus_lite.schema.types import (
         CollectionSchema,

@@ -1,4 +1,4 @@
-"""BM25 over the whole collection on Milvus Lite (memd.indexing.lite_bm25): a chunk scores
+"""BM25 over the whole collection on Milvus Lite (memd.indexing.engine.lite_bm25): a chunk scores
 the same whether Lite flushed it into a segment or still holds it in its memtable, as on a
 Milvus server. A real index server on a Unix socket; pymilvus as recall uses it."""
 

@@ -40,7 +40,7 @@ CLIENTS = {
     "bea": {"memory_enabled": True, "mode": "mcp_via_llm"},
 }
 SHARED = {"shared_index_server": True}
-SHARED_MODULE = "memd.indexing.shared_index_server"
+SHARED_MODULE = "memd.indexing.children.shared_index_server"
 
 
 def _running(sock: Path, clients: Any = CLIENTS) -> bool:
@@ -70,7 +70,7 @@ def _index_processes(memd_pid: int) -> dict[str, list[int]]:
             continue  # the zygote's command line names every module it forks
         if SHARED_MODULE in line:
             out["shared"].append(proc.pid)
-        elif "memd.indexing.index_server" in line:
+        elif "memd.indexing.children.index_server" in line:
             out["per_client"].append(proc.pid)
     return out
 

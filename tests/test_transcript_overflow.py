@@ -1,7 +1,7 @@
 """The indexing size policy: a giant message is kept whole but indexed only in part.
 
 memsearch's own chunker runs over `index_view` of real transcript text, the way memd's
-`memsearch watch` does (memd.indexing.memsearch_watch).
+`memsearch watch` does (memd.indexing.children.memsearch_watch).
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def test_memsearchs_indexing_chunks_the_index_view_once_installed() -> None:
     """The watcher and the daemon's catch-up both install it, so their chunk ids agree."""
     import memsearch.core
 
-    from memd.indexing import chunking
+    from memd.indexing import engine
 
-    chunking.install()
+    engine.prepare_catch_up()
     text = _file([Part("User", TRICKY), Part("Assistant", "Noted.")], 4096)
     chunks = memsearch.core.chunk_markdown(text, source="s.md")
     assert chunks == chunk_markdown(index_view(text), source="s.md")

@@ -86,8 +86,8 @@ def test_children_are_forked_separate_processes_running_watch_and_index_server(
     pids = set()
     for client in CLIENTS:
         for name, module in (
-            ("index_server", "memd.indexing.index_server"),
-            ("watcher", "memd.indexing.memsearch_watch"),
+            ("index_server", "memd.indexing.children.index_server"),
+            ("watcher", "memd.indexing.children.memsearch_watch"),
         ):
             pid = child_status(sock, client, name)["pid"]
             proc = psutil.Process(pid)

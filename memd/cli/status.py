@@ -212,9 +212,22 @@ def problem_lines(client_id: str, c: dict[str, Any]) -> list[str]:
         if proc.get("last_error") and proc.get("state") in ("FATAL", "BACKOFF", "EXITED"):
             log = f" (log {proc['log_path']})" if proc.get("log_path") else ""
             lines.append(f"  {client_id} {name} {proc['state']}: {proc['last_error']}{log}")
+            if proc.get("state") == "FATAL" and (said := last_words(proc.get("log_tail"))):
+                lines.append(f"    its last log line: {said}")
     for failure in (c.get("compaction") or {}).get("failures", []):
         lines.append("  " + failure_line(client_id, failure))
     return lines
+
+
+def last_words(tail: str | None) -> str:
+    """A given-up child's last log line, its `error` alone when it is one of memd's JSON
+    lines (a child that refuses to start says why there: a wrong engine version, say)."""
+    last = next((line for line in reversed((tail or "").splitlines()) if line.strip()), "")
+    try:
+        record = json.loads(last)
+    except ValueError:
+        return last.strip()[:300]
+    return str(record.get("error") or last)[:300] if isinstance(record, dict) else last[:300]
 
 
 def failure_line(client_id: str, failure: dict[str, Any]) -> str:

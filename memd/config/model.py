@@ -137,7 +137,7 @@ class SupervisionConfig:
     """How memd runs its children. zygote: fork them from one preloaded process
     (memd.supervision.zygote); false spawns each one plainly. shared_index_server: serve
     every client's index (its own database and socket, as before) from one process
-    (memd.indexing.shared_index_server) instead of one process per client; ~25 MB and
+    (memd.indexing.children.shared_index_server) instead of one process per client; ~25 MB and
     a fraction of the idle CPU per client less, but one crash stops every client's index
     until it is restarted. Read at start only."""
 

@@ -4,9 +4,10 @@ The collection's `content` field carries Milvus's own `analyzer_params`: the `st
 tokenizer, then `lowercase`, `stop` (an English list) and `stemmer` (english). A Milvus
 server understands that natively. Milvus Lite 3.2.2 knows only the `standard`/`jieba`
 tokenizers and the `stop` filter and silently ignores other filters, so the index server
-(`install_lite_analyzers`, called before the database opens) teaches Lite's analyzer
-factory the same pipeline, with Snowball's English stemmer (`snowballstemmer`, the
-algorithm Milvus's `stemmer` filter implements too).
+teaches Lite's analyzer factory the same pipeline (`memd.indexing.engine.lite_analyzers`,
+with this module's words and stems), with Snowball's English stemmer (`snowballstemmer`,
+the algorithm Milvus's `stemmer` filter implements too). This module patches nothing:
+recall imports it for `terms()`.
 
 Measured on the LoCoMo dev split (bench/locomo.py, offline over the same chunks), BM25
 recall@5 goes from 0.619 (plain lower-cased words) to 0.642 with stemming and 0.692 with
@@ -17,8 +18,10 @@ one of the two inputs of the relevance score (memd.indexing.ranking).
 
 memsearch creates a client's collection without analyzer params when it is missing; memd
 creates it first (`create_collection`, memsearch 0.4.23's schema plus the analyzer) so the
-watcher finds it in place. The analyzer's name is part of the index fingerprint
-(`ANALYZER_NAME` in `IndexSpec`): an index built before it is rebuilt from the markdown.
+watcher finds it in place, and the index server adds the analyzer to any collection
+created through it (`memd.indexing.engine.servicer.with_analyzer`). The analyzer's name
+is part of the index fingerprint (`ANALYZER_NAME` in `IndexSpec`): an index built before
+it is rebuilt from the markdown.
 """
 
 from __future__ import annotations
@@ -26,12 +29,9 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
-
-from memd.indexing import lite_bm25, lite_search
 
 log = structlog.get_logger()
 
@@ -59,13 +59,13 @@ ANALYZER_PARAMS: dict[str, Any] = {
     ],
 }
 
-_WORD_RE = re.compile(r"\w+", re.UNICODE)  # Milvus Lite's `standard` tokenizer
+WORD_RE = re.compile(r"\w+", re.UNICODE)  # Milvus Lite's `standard` tokenizer
 
 
 _STEMMERS = threading.local()
 
 
-def _stemmer(language: str) -> Any:
+def stemmer(language: str) -> Any:
     """This thread's Snowball stemmer for `language`: a stemmer keeps the word it works on
     in itself, so one shared by threads (the index server's gRPC workers, recall's lanes)
     mixes their words up and fails (IndexError in snowballstemmer)."""
@@ -81,100 +81,25 @@ def _stemmer(language: str) -> Any:
 
 def terms(text: str) -> list[str]:
     """The analyzer's tokens for `text`: lower-cased words, stop words out, stemmed."""
-    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP_SET]
+    return [stem(w) for w in WORD_RE.findall(text.lower()) if w not in _STOP_SET]
 
 
 @functools.lru_cache(maxsize=65_536)
-def _stem(word: str, language: str = "english") -> str:
+def stem(word: str, language: str = "english") -> str:
     """One word's stem, remembered: Snowball in Python costs 20-600 µs a word (under
     load), and recall analyses every result's text to see which query terms it holds (a
     recall's fusion took 78 ms at p50 on LoCoMo before, 9 ms with the words cached)."""
-    return str(_stemmer(language).stemWord(word))
+    return str(stemmer(language).stemWord(word))
 
 
 _STOP_SET = frozenset(STOP_WORDS)
-
-
-# -- Milvus Lite --------------------------------------------------------------------------
-
-
-class _FilteredAnalyzer:
-    """Lite's standard tokenizer followed by Milvus's filters, in the order given."""
-
-    def __init__(self, steps: Sequence[Any]) -> None:
-        self._steps = list(steps)
-
-    def tokenize(self, text: str) -> list[str]:
-        tokens = _WORD_RE.findall(text)
-        for step in self._steps:
-            tokens = step(tokens)
-        return tokens
-
-
-def _filter_step(spec: Any) -> Any:
-    """One Milvus filter as a function over a token list; ValueError for unknown ones."""
-    kind = _filter_kind(spec)
-    if kind == "lowercase":
-        return lambda tokens: [t.lower() for t in tokens]
-    if kind == "stop":
-        words = frozenset(str(w) for w in spec.get("stop_words", []))
-        return lambda tokens: [t for t in tokens if t not in words]
-    if kind == "stemmer":
-        language = str(spec.get("language", "english")).lower()
-        _stemmer(language)  # an unknown language fails here, when the analyzer is built
-        return lambda tokens: [_stem(t, language) for t in tokens]
-    raise ValueError(f"unsupported analyzer filter {spec!r}")
-
-
-def _needs_filters(params: Any) -> bool:
-    if not isinstance(params, dict) or params.get("tokenizer", "standard") != "standard":
-        return False
-    filters = params.get("filter") or []
-    return any(_filter_kind(f) not in ("stop",) for f in filters)
-
-
-def _filter_kind(spec: Any) -> Any:
-    return spec if isinstance(spec, str) else (spec.get("type") if isinstance(spec, dict) else None)
-
-
-def install_lite_analyzers() -> None:
-    """Make Milvus Lite build `standard` analyzers with all their filters (idempotent).
-
-    Lite's own factory keeps the `stop` filter and drops every other one; this wraps it so
-    that a `standard` tokenizer with `lowercase`/`stop`/`stemmer` filters runs them all,
-    in order, like a Milvus server. Anything else goes to Lite's factory unchanged.
-    """
-    from milvus_lite.analyzer import factory
-    from milvus_lite.analyzer.protocol import Analyzer
-    from milvus_lite.exceptions import SchemaValidationError
-
-    lite_search.install_cached_visibility()  # reuse what each search may see
-    lite_bm25.install_global_bm25()  # and score BM25 over the whole collection, as a server
-    if getattr(factory.create_analyzer, "_memd", False):
-        return
-    original = factory.create_analyzer
-
-    class FilteredAnalyzer(_FilteredAnalyzer, Analyzer):
-        pass
-
-    def create_analyzer(params: dict[str, Any] | None = None) -> Any:
-        if not _needs_filters(params):
-            return original(params)
-        assert params is not None
-        try:
-            return FilteredAnalyzer([_filter_step(f) for f in params.get("filter") or []])
-        except (ValueError, KeyError) as exc:
-            raise SchemaValidationError(str(exc)) from None
-
-    create_analyzer._memd = True  # type: ignore[attr-defined]
-    factory.create_analyzer = create_analyzer
 
 
 # -- the collection ---------------------------------------------------------------------
 
 
 def create_collection(client: Any, name: str, dimension: int, timeout: float = 30.0) -> bool:
-    """Create `name` with memsearch 0.4.23's schema (MilvusStore._ensure_collection) and
+    """Create `name` with memsearch 0.4.23's schema (`_ensure_collection` of MilvusStore) and
     memd's analyzer on `content`; False when it exists already."""
     from pymilvus import DataType, Function, FunctionType
 
@@ -216,31 +141,3 @@ def create_collection(client: Any, name: str, dimension: int, timeout: float = 3
     )
     log.info("index.collection_created", collection=name, analyzer=ANALYZER_NAME)
     return True
-
-
-def with_analyzer(request: Any) -> Any:
-    """A CreateCollection request whose analyzed `content` field gets memd's analyzer.
-
-    The index server applies it to every collection created through it (the watcher's
-    memsearch creates one when it is missing), so a local index always has the analyzer.
-    """
-    import json
-
-    from pymilvus.grpc_gen import schema_pb2
-
-    schema = schema_pb2.CollectionSchema()
-    schema.ParseFromString(request.schema)
-    changed = False
-    for fld in schema.fields:
-        params = {kv.key: kv.value for kv in fld.type_params}
-        if (
-            fld.name == "content"
-            and params.get("enable_analyzer") in ("true", "True")
-            and "analyzer_params" not in params
-        ):
-            kv = fld.type_params.add()
-            kv.key, kv.value = "analyzer_params", json.dumps(ANALYZER_PARAMS)
-            changed = True
-    if changed:
-        request.schema = schema.SerializeToString()
-    return request

@@ -1,4 +1,4 @@
-"""memd's side of the catch-up child (`memd.indexing.catch_up_child`): its command, one
+"""memd's side of the catch-up child (`memd.indexing.children.catch_up_child`): its command, one
 run to its end, and its report.
 
 The child is spawned through the pipeline's spawner (forked from the zygote when it
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memd.config import Config
-from memd.indexing.catch_up_child import DONE_EVENT, MODULE, changed_files
+from memd.indexing.children import CATCH_UP as MODULE
+from memd.indexing.children import DONE_EVENT, changed_files
 from memd.indexing.embed_server import Endpoint
 from memd.indexing.settings import (
     Command,

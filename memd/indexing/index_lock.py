@@ -11,22 +11,21 @@ recalled) until a later run of that file, which for the last exchange of a finis
 session never comes. `bench/recall.py --questions` saw it every run: 10,002 chunks for
 the 10,001 the file holds, while catch-up ran beside the watcher.
 
-`install` wraps memsearch's `MemSearch._index_file` (the one step both the scan and a
-single file go through) in an exclusive `flock` on the client's lock file, in every
-process that indexes: the watcher (`memd.indexing.memsearch_watch`) and the catch-up
-child, which both find its path in `MEMD_INDEX_LOCK` (`settings.watcher_env`). A run
-waits for the other's to end, then reads the file as it is then.
+memsearch's private `_index_file` of `MemSearch` (the one step both the scan and a single file go
+through) runs under an exclusive `flock` on the client's lock file (`locked`), in every
+process that indexes: the watcher and the catch-up child, which both find its path in
+`MEMD_INDEX_LOCK` (`settings.watcher_env`) and install the wrapper at start
+(`memd.indexing.engine.index_lock`). A run waits for the other's to end, then reads the
+file as it is then. This module patches nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -41,32 +40,6 @@ ENV = "MEMD_INDEX_LOCK"  # set by memd in the watcher's environment (and the cat
 def lock_path(layout: ClientLayout) -> Path:
     """The client's lock file, in its state folder."""
     return layout.state_dir / LOCK_NAME
-
-
-def install_from_env() -> None:
-    """`install` with the lock file memd named in this process's environment, if any."""
-    path = os.environ.get(ENV)
-    if path:
-        install(Path(path))
-
-
-def install(path: Path) -> None:
-    """Make every memsearch indexing run in this process hold `path`'s lock (idempotent)."""
-    from memsearch.core import MemSearch
-
-    current = MemSearch._index_file
-    if getattr(current, "_memd_lock", None) == str(path):
-        return
-    original = getattr(current, "__wrapped__", current)
-
-    @functools.wraps(original)
-    async def index_file_locked(self: Any, f: Any, *, force: bool = False) -> int:
-        with locked(path):
-            result: int = await original(self, f, force=force)
-            return result
-
-    index_file_locked._memd_lock = str(path)  # type: ignore[attr-defined]
-    MemSearch._index_file = index_file_locked
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Recall's index requests as JSON lines on a second socket of the index server.
+"""Recall's index requests as JSON lines on a second socket of the index server: the wire format.
 
 memd's recall needs six requests of a client's index (`has_collection`,
 `get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`). Made with
@@ -14,32 +14,21 @@ unknown op, a missing argument, an engine error) gets an error reply and the con
 stays open; a line over MAX_LINE closes it. Float vectors travel as `{"f32": base64}` of
 little-endian float32, as gRPC sends them: exact, and a fifth the size of decimal text.
 
-The socket is made as the gRPC one (memd.indexing.index_server): in a private 0700
+The socket is made as the gRPC one (memd.indexing.children.index_server): in a private 0700
 folder, mode 0600, a stale file replaced; a peer of another uid is refused
-(SO_PEERCRED) on top. `memd.indexing.index_client` is memd's side.
+(SO_PEERCRED) on top. `memd.indexing.index_client` is memd's side; the index server's
+side (running the requests on the engine) is `memd.indexing.children.query_server`.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import json
-import os
-import socket
-import struct
 import sys
-import threading
 from array import array
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger()
-
 MAX_LINE = 16 * 1024 * 1024  # a request is a query vector and a filter: far below this
-_TOO_LONG = f"request too long (over {MAX_LINE} bytes)"
-_LOAD_STATES = {"released": "NotLoad", "loading": "Loading", "loaded": "Loaded"}
 
 
 class RequestError(Exception):
@@ -105,217 +94,3 @@ def encode(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     return value
-
-
-# -- running a request on the engine ----------------------------------------------------------
-
-
-def _text(request: dict[str, Any], key: str, default: str | None = None) -> str:
-    value = request.get(key, default)
-    if not isinstance(value, str):
-        raise RequestError(f"{key!r} must be a string")
-    return value
-
-
-def _int(request: dict[str, Any], key: str, default: int | None = None) -> int | None:
-    value = request.get(key, default)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise RequestError(f"{key!r} must be a non-negative integer")
-    return value
-
-
-def _fields(request: dict[str, Any]) -> list[str] | None:
-    fields = request.get("output_fields")
-    if fields is None:
-        return None
-    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-        raise RequestError("'output_fields' must be a list of strings")
-    return fields
-
-
-class Requests:
-    """Runs one decoded request on the database; the gRPC servicer's reads, minus gRPC."""
-
-    def __init__(self, db: Any) -> None:
-        self._db = db
-
-    def run(self, request: Any) -> Any:
-        if not isinstance(request, dict):
-            raise RequestError("a request must be a JSON object")
-        op = request.get("op")
-        handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
-        if handler is None:
-            raise RequestError(f"unknown op {op!r}")
-        return handler(request)
-
-    def _collection(self, request: dict[str, Any]) -> Any:
-        return self._db.get_collection(_text(request, "collection"))
-
-    def _op_ping(self, request: dict[str, Any]) -> bool:
-        return True
-
-    def _op_has_collection(self, request: dict[str, Any]) -> bool:
-        return bool(self._db.has_collection(_text(request, "collection")))
-
-    def _op_get_collection_stats(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"row_count": int(self._collection(request).num_entities)}
-
-    def _op_get_load_state(self, request: dict[str, Any]) -> dict[str, str]:
-        name = _text(request, "collection")
-        if not self._db.has_collection(name):
-            return {"state": "NotExist"}
-        return {"state": _LOAD_STATES.get(self._db.get_collection(name).load_state, "NotLoad")}
-
-    def _op_load_collection(self, request: dict[str, Any]) -> None:
-        self._collection(request).load()
-
-    def _op_query(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        col = self._collection(request)
-        expr = _text(request, "filter", "") or None
-        fields = _fields(request)
-        if fields and "count(*)" in fields:  # as the servicer counts
-            count = len(col.query(expr)) if expr else col.num_entities
-            return [{"count(*)": int(count)}]
-        rows = col.query(expr, output_fields=fields, limit=_int(request, "limit"))
-        return list(rows)
-
-    def _op_search(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        """One query (a dense vector, or a text for a BM25 field): its hits, best first,
-        each `{"id", "distance", "entity"}` as pymilvus hands them over."""
-        col = self._collection(request)
-        field = _text(request, "anns_field")
-        data = request.get("data")
-        if isinstance(data, dict):
-            data = unpack_vector(data)
-        if not isinstance(data, (str, list)) or not data:
-            raise RequestError("'data' must be a text or a packed vector")
-        metric = col.resolve_search_metric(field, _text(request, "metric_type"))
-        fields = _fields(request)
-        results = col.search(
-            query_vectors=[data],
-            top_k=_int(request, "limit") or 10,
-            metric_type=metric,
-            expr=_text(request, "filter", "") or None,
-            output_fields=fields,
-            anns_field=field,
-            search_params={},
-        )
-        hits = list(results[0]) if results else []
-        pk = col._pk_name  # the servicer reads it the same way
-        if fields and pk in fields:  # the engine keeps the key in "id"; gRPC's reply has it
-            for hit in hits:
-                hit["entity"] = {**(hit.get("entity") or {}), pk: hit["id"]}
-        return hits
-
-
-# -- the socket -------------------------------------------------------------------------------
-
-
-def _peer_uid(conn: socket.socket) -> int | None:
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None  # not Linux: the 0700 folder and 0600 socket are the check
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
-def _error(type_: str, message: str) -> dict[str, str]:
-    return {"type": type_, "message": message}
-
-
-def answer(requests: Requests, line: bytes) -> dict[str, Any]:
-    """The reply to one request line; never raises."""
-    try:
-        request = json.loads(line)
-    except ValueError as exc:
-        return {"ok": False, "error": _error("BadRequest", f"not JSON: {exc}")}
-    try:
-        return {"ok": True, "result": encode(requests.run(decode(request)))}
-    except RequestError as exc:
-        return {"ok": False, "error": _error(exc.type, str(exc))}
-    except Exception as exc:  # the engine's own errors (no such collection, bad filter)
-        return {"ok": False, "error": _error(type(exc).__name__, str(exc))}
-
-
-class QueryServer:
-    """The JSON socket of one index server; `start` after the database is open and the
-    socket's folder checked, `stop` before the database closes.
-
-    One thread blocks in accept() and one per connection in recv(): no wake-ups while
-    idle (the shared index server runs one per client; see its docstring). stop() shuts
-    the listening socket and the connections down, which wakes those threads."""
-
-    def __init__(self, socket_path: Path, db: Any) -> None:
-        self.socket_path = socket_path
-        self._requests = Requests(db)
-        self._listener: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(self.socket_path))
-            os.chmod(self.socket_path, 0o600)
-            listener.listen(16)
-        except OSError:
-            listener.close()
-            raise
-        self._listener = listener
-        self._thread = threading.Thread(
-            target=self._accept, args=(listener,), name="index-query", daemon=True
-        )
-        self._thread.start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return  # stop() shut the listener down
-            uid = _peer_uid(conn)
-            if uid is not None and uid != os.getuid():
-                log.warning("index.query_peer_refused", uid=uid)
-                conn.close()
-                continue
-            with self._lock:
-                if self._listener is None:
-                    conn.close()
-                    return
-                self._open.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="index-query-conn", daemon=True
-            ).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            with conn, conn.makefile("rb") as reader:
-                while line := reader.readline(MAX_LINE + 1):
-                    if len(line) > MAX_LINE:
-                        _send(conn, {"ok": False, "error": _error("BadRequest", _TOO_LONG)})
-                        return
-                    _send(conn, answer(self._requests, line))
-        except OSError:
-            return  # the peer went away, or stop() shut the connection down
-        finally:
-            with self._lock:
-                self._open.discard(conn)
-
-    def stop(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            conns = list(self._open)
-        if listener is None:
-            return
-        for sock in (listener, *conns):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        listener.close()
-        if self._thread is not None:
-            self._thread.join(2.0)
-        self.socket_path.unlink(missing_ok=True)
-
-
-def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")

@@ -83,9 +83,10 @@ def catch_up(
     memsearch's watcher misses. It runs memsearch's own indexing code with the watcher's
     settings, so chunk ids match and nothing is embedded twice. Returns the number of
     chunks it added. This runs in the calling process (it imports memsearch and
-    pymilvus); memd itself runs it in a child instead (`memd.indexing.catch_up_child`).
+    pymilvus); memd itself runs it in a child instead (`memd.indexing.children.catch_up_child`).
     """
-    from memd.indexing.catch_up_child import changed_files, index_files
+    from memd.indexing.children import changed_files
+    from memd.indexing.children.catch_up_child import index_files
 
     settings = settings or IndexSettings()
     files = changed_files(layout.sessions, since)

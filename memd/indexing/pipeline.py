@@ -26,8 +26,8 @@ import structlog
 
 from memd.config import Config
 from memd.indexing import catch_up_run, embedding, leftovers, maintenance, settings
+from memd.indexing.children import MODULES, index_ready
 from memd.indexing.embed_server import EmbeddingServer, Endpoint
-from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.shared_index import SHARED_NAME, SharedIndex
 from memd.layout import ClientLayout, write_memsearch_toml
@@ -45,12 +45,7 @@ CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed sta
 # What the zygote forks, and what it imports first: everything a watcher and an index
 # server import at start, and what they import lazily soon after (memsearch's openai
 # provider imports the SDK on first use: ~700 modules, pydantic and its HTTP stack).
-ZYGOTE_MODULES = (
-    "memd.indexing.memsearch_watch",
-    "memd.indexing.index_server",
-    "memd.indexing.shared_index_server",
-    "memd.indexing.catch_up_child",  # one-shot, not supervised: see _catch_up
-)
+ZYGOTE_MODULES = MODULES  # the catch-up child is one-shot, not supervised: _catch_up
 ZYGOTE_PRELOAD = (
     "memd.heap",
     "memd.logs",
@@ -292,7 +287,8 @@ class Pipelines:
 
         memsearch's watcher skips files written between its initial scan and the start of
         its observer, and a watcher that outlived its index server lost the events of the
-        outage. A catch-up child (memd.indexing.catch_up_child) re-indexes the files changed since
+        outage. A catch-up child (memd.indexing.children.catch_up_child) re-indexes the files
+        changed since
         the last good moment with the watcher's own settings (unchanged chunks are not
         embedded twice).
         """

@@ -374,24 +374,26 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
 def extract_section(
     lines: Sequence[str], start_line: int, heading_level: int
 ) -> tuple[str, int, int]:
-    """memsearch 0.4.23's `cli._extract_section`, line for line: back from the chunk's
+    """memsearch 0.4.23's `_extract_section` (memsearch.cli), line for line: back from the chunk's
     first line to its heading, forward to the next heading of the same or a higher level.
 
     Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow, gRPC),
     ~90 MB memd does not otherwise need. tests/test_search.py checks it against
     memsearch's own on every kind of section, so an upgrade that changes it is caught."""
-    from memsearch.chunker import _HEADING_RE  # memsearch's heading rule; no pymilvus
+    from memd.indexing.engine.reads import heading_pattern  # memsearch's; no pymilvus
+
+    heading = heading_pattern()
 
     start = start_line - 1
     end = len(lines)
     if heading_level > 0:
         for i in range(min(start_line, len(lines)) - 1, -1, -1):
-            m = _HEADING_RE.match(lines[i])
+            m = heading.match(lines[i])
             if m and len(m.group(1)) <= heading_level:
                 start = i
                 break
         for i in range(start_line, len(lines)):
-            m = _HEADING_RE.match(lines[i])
+            m = heading.match(lines[i])
             if m and len(m.group(1)) <= heading_level:
                 end = i
                 break

@@ -4,7 +4,8 @@ Pure functions from (Config, ClientLayout, embedding endpoint) to what memd spaw
 
 - the `.memsearch.toml` for the client (only the keys memsearch trusts from a project file:
   collection, embedding batch size, chunking, ignore rules, watch debounce);
-- the index server (`python -m memd.indexing.index_server`) in local mode, one per client, serving
+- the index server (`python -m memd.indexing.children.index_server`) in local mode, one per
+  client, serving
   the client's Milvus Lite database on a Unix socket; none in scale-out mode;
 - the `memsearch watch` command: provider, model, base URL and Milvus URI on its command
   line (memsearch ignores them in a project file), secrets in its environment, HOME pointed
@@ -30,7 +31,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config, EmbeddingConfig
-from memd.indexing import analysis, embedding, index_lock
+from memd.indexing import analysis, children, embedding, index_lock
 from memd.indexing.embed_server import Endpoint
 from memd.layout import ClientLayout
 
@@ -264,7 +265,7 @@ def index_server_command(config: Config, layout: ClientLayout) -> Command | None
     argv = (
         sys.executable,
         "-m",
-        "memd.indexing.index_server",
+        children.INDEX_SERVER,
         "--data-dir",
         str(milvus_data_dir(layout)),
         "--socket",
@@ -294,7 +295,7 @@ def watcher_command(
     argv = [
         sys.executable,
         "-m",
-        "memd.indexing.memsearch_watch",
+        children.WATCHER,
         "watch",
         str(layout.sessions),
         "--provider",

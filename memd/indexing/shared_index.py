@@ -3,7 +3,7 @@
 With `[supervision] shared_index_server = true`, `Pipelines` asks this for a client's index
 instead of adding a `<client>/index` child: the client goes into the manifest
 (`<memory_dir>/.memd/index-clients.json`), the one child `_shared/index` (a
-`memd.indexing.shared_index_server`, forked from the zygote like the others) is told
+`memd.indexing.children.shared_index_server`, forked from the zygote like the others) is told
 to sync, and the client's watcher is gated on its own socket answering. The child's
 name stands in every such client's list of children, so `daemon.status` shows its state
 as the client's `index_server`, `clients.reset` resets it, and catch-up runs after its
@@ -34,14 +34,14 @@ import structlog
 
 from memd import trust
 from memd.indexing import settings
-from memd.indexing.index_server import index_ready
+from memd.indexing.children import SHARED_INDEX_SERVER, index_ready
 from memd.supervision import ChildSpec, Supervisor
 from memd.supervision.states import ProcessStates
 
 log = structlog.get_logger()
 
 SHARED_NAME = "_shared/index"  # a client id starts with a letter or digit: no clash
-SHARED_MODULE = "memd.indexing.shared_index_server"
+SHARED_MODULE = SHARED_INDEX_SERVER
 WATCH_EVERY = 1.0  # seconds between looks at the child (a restart to sync, FATAL)
 SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
 WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it

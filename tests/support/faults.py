@@ -97,7 +97,7 @@ def children_by_client(
             watcher = "memd.indexing.watch" in line or "memsearch" in line
             if watcher and f" watch {root}sessions" in line:
                 counts[client]["watcher"] += 1
-            elif "memd.indexing.index_server" in line and root in line:
+            elif "memd.indexing.children.index_server" in line and root in line:
                 counts[client]["index_server"] += 1
     return counts
 

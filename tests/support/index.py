@@ -2,7 +2,8 @@
 
 Built from memd's own command lines (`memd.indexing.settings`), so the tests index exactly as the
 daemon does: the embedded model served by an in-process `EmbeddingServer`, one
-`python -m memd.indexing.index_server` per client on a Unix socket, one `memsearch watch` on the
+`python -m memd.indexing.children.index_server` per client on a Unix socket, one
+`memsearch watch` on the
 client's `sessions/`. `wait_for` polls the real search until the watcher has caught up;
 `rows` reads the collection's chunks directly, to check exactly what is indexed.
 """
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memd.config import Config, parse_config
+from memd.indexing.children import index_ready
 from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.index_server import index_ready
 from memd.indexing.maintenance import watcher_ready
 from memd.indexing.search import IndexSearcher, IndexUnavailableError
 from memd.indexing.settings import (

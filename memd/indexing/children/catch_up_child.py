@@ -9,12 +9,13 @@ memsearch and pymilvus, so it starts at once), or spawned plainly when the zygot
 or down. It runs once and is not restarted.
 
 This module is imported by the zygote before it forks, so it imports nothing at the top
-beyond the standard library and structlog: every module more in the zygote cost the
-forked children ~0.4 MB PSS each in copied pages (bench/scale.py, 20 clients).
+beyond the standard library, structlog and the start-up routine with the engine's face
+(which the watchers and index servers import too): every module more in the zygote cost
+the forked children ~0.4 MB PSS each in copied pages (bench/scale.py, 20 clients).
 
-Run: python -m memd.indexing.catch_up_child --sessions DIR --since T --run ID --provider P
-     --model M --milvus-uri URI --collection C --batch-size N --max-chunk-size N
-     --overlap-lines N [--base-url URL] [--client ID]
+Run: python -m memd.indexing.children.catch_up_child --sessions DIR --since T --run ID
+     --provider P --model M --milvus-uri URI --collection C --batch-size N
+     --max-chunk-size N --overlap-lines N [--base-url URL] [--client ID]
 with the watcher's environment (its key, HOME, token variable: never on argv). Prints one
 JSON line {"event": "catch_up_done", "run": ID, "files": n, "chunks": n} on stdout, which
 is the child's log (stdout and stderr go there, as for every child).
@@ -31,28 +32,12 @@ from pathlib import Path
 
 import structlog
 
+from memd.indexing import engine
+from memd.indexing.children import CATCH_UP, DONE_EVENT, changed_files, startup
+
 log = structlog.get_logger()
 
-MODULE = "memd.indexing.catch_up_child"
-DONE_EVENT = "catch_up_done"
 TOKEN_ENV = "MEMD_MILVUS_TOKEN"  # as the watcher's (settings.watcher_env sets it)
-
-
-def changed_files(sessions: Path, since: float) -> list[Path]:
-    """Session files (not in hidden folders) modified at or after `since`."""
-    return [
-        p
-        for p in sorted(sessions.glob("**/*.md"))
-        if not any(part.startswith(".") for part in p.relative_to(sessions).parts)
-        and _mtime(p) >= since
-    ]
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def index_files(
@@ -74,10 +59,10 @@ def index_files(
     match and nothing is embedded twice); the number of chunks added."""
     from memsearch.core import MemSearch
 
-    from memd.indexing import chunking, index_lock
-
-    chunking.install()  # chunk as the watcher does (the indexing size policy)
-    index_lock.install_from_env()  # and never beside the watcher's run on the same files
+    # Chunk as the watcher does (the indexing size policy), and never beside the watcher's
+    # run on the same files (the index lock): done at the child's start already, not when
+    # `maintenance.catch_up` calls this in its own process.
+    engine.prepare_catch_up()
     mem = MemSearch(
         [str(sessions)],
         embedding_provider=provider,
@@ -106,7 +91,7 @@ def index_files(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser = argparse.ArgumentParser(prog=f"python -m {CATCH_UP}", description=__doc__)
     parser.add_argument("--sessions", type=Path, required=True)
     parser.add_argument("--since", type=float, required=True, help="a time.time()")
     parser.add_argument("--run", required=True, help="echoed in the report line")
@@ -119,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-chunk-size", type=int, required=True)
     parser.add_argument("--overlap-lines", type=int, required=True)
     parser.add_argument("--base-url", default="")
-    args = parser.parse_args(argv)
-    from memd import heap
-    from memd.logs import configure_logging
-
-    heap.tune()
-    configure_logging()
+    args = startup.start(engine.CATCH_UP, parser, argv)
     files = changed_files(args.sessions, args.since)
     added = 0
     if files:  # the key is in the provider's own variable (settings.watcher_env)

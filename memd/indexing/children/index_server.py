@@ -6,8 +6,9 @@ with `--milvus-uri unix:<socket>`) and recall (pymilvus) are both clients.
 
 Milvus Lite keeps new rows in a memtable until it reaches 128 MB; hybrid search scans it
 row by row (measured: ~0.25 ms per row, 1.4 s at 10k rows against ~17 ms once flushed).
-The servicer here flushes the collection after every Insert/Upsert/Delete, so rows never
-linger unflushed; size-tiered compaction keeps the resulting small segments few.
+The servicer (`memd.indexing.engine.servicer`) flushes the collection after every
+Insert/Upsert/Delete, so rows never linger unflushed; size-tiered compaction keeps the
+resulting small segments few.
 
 Milvus Lite writes its per-segment vector index sidecars (`*.idx`) in place, so a kill -9
 during a write leaves a truncated file that makes every later load of the collection fail
@@ -18,7 +19,7 @@ before opening, so they are rebuilt from the flushed segments.
 Milvus Lite also reopens indexed collections "released", so the server loads them all on
 start; otherwise a watcher that outlives a restart of this server fails every event.
 
-Run: python -m memd.indexing.index_server --data-dir DIR --socket PATH
+Run: python -m memd.indexing.children.index_server --data-dir DIR --socket PATH
 Prints one JSON line {"event": "index_server_ready", ...} on stdout once it serves.
 SIGINT/SIGTERM: stop serving (2 s grace), close the database, remove the socket.
 """
@@ -29,11 +30,8 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import socket
 import stat
 import sys
-import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -41,7 +39,9 @@ from typing import Any
 
 import structlog
 
-from memd.indexing import analysis, index_requests
+from memd.indexing import children, engine, index_requests
+from memd.indexing.children import query_server, startup
+from memd.indexing.engine import servicer
 
 log = structlog.get_logger()
 
@@ -59,56 +59,9 @@ GRPC_OPTIONS = (
 )
 
 
-def _servicer_class() -> type:
-    """MilvusServicer with writes serialised and each followed by a flush.
-
-    The engine is single-writer per collection; gRPC dispatches on a thread pool, so the
-    lock also keeps a watcher's writes and memd's drops (rebuild) from interleaving.
-    """
-    from milvus_lite.adapter.grpc.servicer import MilvusServicer
-
-    class FlushingServicer(MilvusServicer):
-        def __init__(self, db: Any) -> None:
-            super().__init__(db)
-            self._write_lock = threading.Lock()
-
-        def _write_then_flush(self, method: Any, request: Any, context: Any) -> Any:
-            with self._write_lock:
-                response = method(request, context)
-                if response.status.code == 0:
-                    self._flush(request, context)
-                return response
-
-        def _flush(self, request: Any, context: Any) -> None:
-            try:
-                self._get_collection(request, context).flush()
-            except Exception:
-                # The write itself succeeded and is in the WAL; a later write flushes it.
-                log.exception("index.flush_failed", collection=request.collection_name)
-
-        def Insert(self, request: Any, context: Any) -> Any:
-            return self._write_then_flush(super().Insert, request, context)
-
-        def Upsert(self, request: Any, context: Any) -> Any:
-            return self._write_then_flush(super().Upsert, request, context)
-
-        def Delete(self, request: Any, context: Any) -> Any:
-            return self._write_then_flush(super().Delete, request, context)
-
-        def CreateCollection(self, request: Any, context: Any) -> Any:
-            with self._write_lock:
-                return super().CreateCollection(analysis.with_analyzer(request), context)
-
-        def DropCollection(self, request: Any, context: Any) -> Any:
-            with self._write_lock:
-                return super().DropCollection(request, context)
-
-    return FlushingServicer
-
-
 def zygote_preload() -> None:
     """What memd's zygote imports before forking index servers: the servicer's modules."""
-    _servicer_class()
+    servicer.servicer_class()
 
 
 class IndexServer:
@@ -125,7 +78,7 @@ class IndexServer:
         self._db: Any = None
         self._server: Any = None
         self._bound = False
-        self._queries: index_requests.QueryServer | None = None  # memd's recall requests
+        self._queries: query_server.QueryServer | None = None  # memd's recall requests
 
     def start(self) -> None:
         """Open the database, then serve it on the socket with a thread-pool gRPC server."""
@@ -144,7 +97,7 @@ class IndexServer:
         touching a socket that process may be serving. Blocking (a purge rebuilds)."""
         from milvus_lite.db import MilvusLite
 
-        analysis.install_lite_analyzers()  # before any collection's analyzer is built
+        engine.prepare_index_server()  # done at start already; before any analyzer is built
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._db = MilvusLite(str(self.data_dir))
         marker = self.data_dir / OPEN_MARKER
@@ -152,7 +105,7 @@ class IndexServer:
             purge_index_sidecars(self.data_dir)
         marker.touch()
         load_all_collections(self._db)
-        _check_private_dir(self.socket_path.parent)
+        check_private_dir(self.socket_path.parent)
         self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
 
     def bind(self, server: Any) -> None:
@@ -160,11 +113,13 @@ class IndexServer:
         one here, an asyncio one in the shared index server)."""
         from pymilvus.grpc_gen import milvus_pb2_grpc
 
-        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(_servicer_class()(self._db), server)
+        milvus_pb2_grpc.add_MilvusServiceServicer_to_server(
+            servicer.servicer_class()(self._db), server
+        )
         server.add_insecure_port(f"unix:{self.socket_path}")
         self._bound = True
         os.chmod(self.socket_path, 0o600)
-        self._queries = index_requests.QueryServer(
+        self._queries = query_server.QueryServer(
             index_requests.query_socket_path(self.socket_path), self._db
         )
         self._queries.start()  # memd's recall requests, beside gRPC (both server kinds)
@@ -245,7 +200,7 @@ def purge_index_sidecars(data_dir: Path) -> int:
     return removed
 
 
-def _check_private_dir(path: Path) -> None:
+def check_private_dir(path: Path) -> None:
     """The socket's folder must be ours and closed to others (it may live under /tmp)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.lstat()
@@ -253,29 +208,10 @@ def _check_private_dir(path: Path) -> None:
         raise PermissionError(f"{path} must be a directory owned by this user with mode 0700")
 
 
-def index_ready(socket_path: Path | str, timeout: float = 0.5) -> bool:
-    """True once something accepts connections on the socket; cheap enough for every tick.
-
-    A connect on a Unix socket answers at once: refused for a stale file left by a killed
-    server, missing before the server binds.
-    """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(str(socket_path))
-    except OSError:
-        return False
-    finally:
-        sock.close()
-    return True
-
-
 def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> int:
     """Run until SIGINT/SIGTERM; the handlers only set an event."""
     os.umask(0o077)  # database files and the socket are private to the user
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = startup.stop_event()
     try:
         server = open_index_server(data_dir, socket_path, workers)
     except Exception as exc:
@@ -293,19 +229,14 @@ def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m memd.indexing.index_server",
+        prog=f"python -m {children.INDEX_SERVER}",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data-dir", type=Path, required=True, help="Milvus Lite data directory")
     parser.add_argument("--socket", type=Path, required=True, help="Unix socket path to serve on")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="gRPC worker threads")
-    args = parser.parse_args(argv)
-    from memd import heap
-    from memd.logs import configure_logging
-
-    heap.tune()  # before gRPC's threads start: see memd/heap.py
-    configure_logging()
+    args = startup.start(engine.INDEX_SERVER, parser, argv)
     return serve(args.data_dir.absolute(), args.socket.absolute(), args.workers)
 
 

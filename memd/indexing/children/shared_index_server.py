@@ -1,6 +1,6 @@
 """Every client's index server in one process: `[supervision] shared_index_server = true`.
 
-Each client keeps exactly what `memd.indexing.index_server` gives it alone: its own
+Each client keeps exactly what `memd.indexing.children.index_server` gives it alone: its own
 Milvus Lite database in its own data folder (and that folder's lock), its own gRPC
 server on its own Unix socket, the unclean-stop sidecar purge and the ready line; so
 watchers, recall, forget, rebuild and export do not know the difference. What is shared
@@ -22,7 +22,7 @@ socket is bound only after the start's clients are all opened (or have failed), 
 client that cannot open (a locked or broken folder) is reported and skipped; the
 others serve.
 
-Run: python -m memd.indexing.shared_index_server --manifest PATH --control PATH
+Run: python -m memd.indexing.children.shared_index_server --manifest PATH --control PATH
 Prints {"event": "index_server_ready", ...} per client as it serves, and
 {"event": "shared_index_server_ready", ...} once the control socket answers.
 SIGINT/SIGTERM: stop every client's server (2 s grace), close the databases, remove the
@@ -44,8 +44,9 @@ from typing import Any
 
 import structlog
 
-from memd.indexing import index_server
-from memd.indexing.index_server import IndexServer
+from memd.indexing import children, engine
+from memd.indexing.children import index_server, startup
+from memd.indexing.children.index_server import IndexServer
 
 log = structlog.get_logger()
 
@@ -228,7 +229,7 @@ async def _serve(manifest: Path, control: Path, workers: int) -> int:
     shared = SharedIndexServer(manifest, workers)
     await shared.sync()
     try:
-        index_server._check_private_dir(control.parent)
+        index_server.check_private_dir(control.parent)
         control.unlink(missing_ok=True)  # a stale one from a killed process
         listener = await asyncio.start_unix_server(
             lambda r, w: _answer(shared, r, w), path=str(control), limit=MAX_LINE
@@ -258,19 +259,14 @@ def serve(manifest: Path, control: Path, workers: int = WORKERS) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m memd.indexing.shared_index_server",
+        prog=f"python -m {children.SHARED_INDEX_SERVER}",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--manifest", type=Path, required=True, help="memd's list of clients")
     parser.add_argument("--control", type=Path, required=True, help="control socket path")
     parser.add_argument("--workers", type=int, default=WORKERS, help="threads for all calls")
-    args = parser.parse_args(argv)
-    from memd import heap
-    from memd.logs import configure_logging
-
-    heap.tune()  # before gRPC's threads start: see memd/heap.py
-    configure_logging()
+    args = startup.start(engine.INDEX_SERVER, parser, argv)
     return serve(args.manifest.absolute(), args.control.absolute(), args.workers)
 
 

@@ -4,10 +4,10 @@ Milvus Lite 3.2.2 scores BM25 in each segment (and its unflushed memtable) with 
 part's own document count, average length and document frequencies (a TODO in its
 `engine/collection.py`), so the same chunk scores differently depending on which part
 it landed in, and the ranking of a client's memories depends on when Lite flushed. A
-Milvus server uses statistics of the whole collection. `install_global_bm25` (called by
-`memd.indexing.analysis.install_lite_analyzers`, so wherever memd's analyzers run) makes
-Lite do the same: a BM25 search first sums the parts' statistics for the query's terms,
-then every part scores with those sums.
+Milvus server uses statistics of the whole collection. `install` (the index server's
+second patch, `memd.indexing.engine.roles`, over the cached-visibility search of
+`lite_search`) makes Lite do the same: a BM25 search first sums the parts' statistics
+for the query's terms, then every part scores with those sums.
 
 Measured on the LoCoMo dev split (bench/locomo.py): the daemon's recall@5 moved by up to a
 point between runs of the same data with per-part statistics, and matches BM25 computed
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from memd.indexing.engine.registry import Registry
 
 _STATS: contextvars.ContextVar[_Stats | None] = contextvars.ContextVar("memd_bm25", default=None)
 
@@ -40,15 +42,16 @@ class _Stats:
         return self.length / self.docs if self.docs else 0.0
 
 
-def install_global_bm25() -> None:
-    """Patch Lite's BM25 search to use collection-wide statistics (idempotent)."""
+GROUP = "lite.global_bm25"
+
+
+def install(registry: Registry) -> None:
+    """Patch Lite's BM25 search to use collection-wide statistics."""
     from milvus_lite.engine.collection import Collection
     from milvus_lite.index.sparse_inverted import SparseInvertedIndex
 
-    if getattr(Collection._search_sparse, "_memd", False):
-        return
-    original_search = Collection._search_sparse
-    original_score = SparseInvertedIndex.search
+    original_search = registry.original(Collection, "_search_sparse")
+    original_score = registry.original(SparseInvertedIndex, "search")
 
     signature = inspect.signature(original_search)
 
@@ -72,9 +75,8 @@ def install_global_bm25() -> None:
             return original_score(self, queries, top_k, valid_mask=valid_mask)
         return _score_with(self, stats, queries, top_k, valid_mask)
 
-    search_sparse._memd = True  # type: ignore[attr-defined]
-    Collection._search_sparse = search_sparse
-    SparseInvertedIndex.search = score
+    registry.replace(GROUP, Collection, "_search_sparse", search_sparse)
+    registry.replace(GROUP, SparseInvertedIndex, "search", score)
 
 
 def _collection_stats(coll: Any, query_vectors: Any, field: str, partitions: Any) -> _Stats:

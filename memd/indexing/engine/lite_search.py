@@ -10,12 +10,12 @@ largest part of recall's latency.
 Those answers only change when the segments or the tombstones do. memd's index server
 flushes after every write, so the memtable is nearly always empty; then the visible rows
 of each segment (and its unit vectors) are computed once per generation (the same tuple
-of immutable segments and the same tombstones, `memd.indexing.lite_visibility`) and
-reused. Whenever the memtable holds
-rows or deletes, or a search names partitions, Lite's own code runs unchanged.
+of immutable segments and the same tombstones, `lite_visibility`) and reused. Whenever
+the memtable holds rows or deletes, or a search names partitions, Lite's own code runs
+unchanged.
 
-`install_cached_visibility` (called by `memd.indexing.analysis.install_lite_analyzers`,
-before the collection-wide BM25 of `lite_bm25` wraps the sparse search) patches
+`install` (the index server's first patch, `memd.indexing.engine.roles`, before the
+collection-wide BM25 of `lite_bm25` wraps the sparse search) patches
 `Collection._search_sparse` and the dense executor. tests/test_lite_search.py checks
 the results against Lite's own code over upserts, deletes, several segments and filters.
 """
@@ -30,22 +30,35 @@ from typing import Any
 import numpy as np
 import structlog
 
-from memd.indexing.lite_visibility import BUILDING, Generation, generation, search_snapshot
+from memd.indexing.engine.lite_visibility import (
+    BUILDING,
+    Generation,
+    generation,
+    search_snapshot,
+)
+from memd.indexing.engine.registry import Registry
 
 log = structlog.get_logger()
 
 _SEARCHING: contextvars.ContextVar[Any] = contextvars.ContextVar("memd_searching", default=None)
 
 
-def install_cached_visibility() -> None:
-    """Patch Lite's dense and sparse search to reuse visibility per generation (idempotent)."""
+GROUP = "lite.cached_visibility"
+
+
+def install(registry: Registry) -> None:
+    """Patch Lite's dense and sparse search to reuse visibility per generation."""
     from milvus_lite.engine import collection as module
 
-    if getattr(module.Collection.search, "_memd_visible", False):
-        return
-    search, dense = module.Collection.search, module.execute_search_with_index
-    sparse = module.Collection._search_sparse
+    cls = module.Collection
+    _wrap_search(registry, cls, registry.original(cls, "search"))
+    _wrap_dense(registry, module, registry.original(module, "execute_search_with_index"))
+    _wrap_sparse(registry, cls, registry.original(cls, "_search_sparse"))
+    _wrap_snapshots(registry, cls)
+    _wrap_warm_up(registry, cls, registry.original(cls, "_ensure_loaded_segments_indexed"))
 
+
+def _wrap_search(registry: Registry, cls: Any, search: Any) -> None:
     @functools.wraps(search)
     def collection_search(self: Any, *args: Any, **kwargs: Any) -> Any:
         token = _SEARCHING.set(self)  # the dense executor is not told its collection
@@ -54,6 +67,10 @@ def install_cached_visibility() -> None:
         finally:
             _SEARCHING.reset(token)
 
+    registry.replace(GROUP, cls, "search", collection_search)
+
+
+def _wrap_dense(registry: Registry, module: Any, dense: Any) -> None:
     @functools.wraps(dense)
     def search_dense(*args: Any, **kwargs: Any) -> Any:
         coll = _SEARCHING.get()
@@ -61,14 +78,20 @@ def install_cached_visibility() -> None:
             return dense(*args, **kwargs)
         return _dense(coll, kwargs, fallback=lambda: dense(**kwargs))
 
+    registry.replace(GROUP, module, "execute_search_with_index", search_dense)
+
+
+def _wrap_sparse(registry: Registry, cls: Any, sparse: Any) -> None:
     @functools.wraps(sparse)  # lite_bm25 binds its arguments by this signature
     def search_sparse(self: Any, *args: Any, **kwargs: Any) -> Any:
         if args:
             return sparse(self, *args, **kwargs)
         return _sparse(self, kwargs, fallback=lambda: sparse(self, **kwargs))
 
-    index_segments = module.Collection._ensure_loaded_segments_indexed
+    registry.replace(GROUP, cls, "_search_sparse", search_sparse)
 
+
+def _wrap_warm_up(registry: Registry, cls: Any, index_segments: Any) -> None:
     @functools.wraps(index_segments)
     def index_then_warm(self: Any) -> int:
         built: int = index_segments(self)
@@ -79,10 +102,12 @@ def install_cached_visibility() -> None:
                 log.exception("index.warm_failed")
         return built
 
-    read_snapshot, refresh = (
-        module.Collection._read_snapshot,
-        module.Collection._refresh_segment_cache,
-    )
+    registry.replace(GROUP, cls, "_ensure_loaded_segments_indexed", index_then_warm)
+
+
+def _wrap_snapshots(registry: Registry, cls: Any) -> None:
+    read_snapshot = registry.original(cls, "_read_snapshot")
+    refresh = registry.original(cls, "_refresh_segment_cache")
 
     @functools.wraps(read_snapshot)
     def snapshot(self: Any) -> Any:
@@ -100,13 +125,8 @@ def install_cached_visibility() -> None:
             self._memd_last_snapshot = (count, read_snapshot(self))
         return result
 
-    collection_search._memd_visible = True  # type: ignore[attr-defined]
-    module.Collection.search = collection_search
-    module.Collection._read_snapshot = snapshot
-    module.Collection._refresh_segment_cache = refresh_and_count
-    module.Collection._ensure_loaded_segments_indexed = index_then_warm
-    module.execute_search_with_index = search_dense
-    module.Collection._search_sparse = search_sparse
+    registry.replace(GROUP, cls, "_read_snapshot", snapshot)
+    registry.replace(GROUP, cls, "_refresh_segment_cache", refresh_and_count)
 
 
 def warm(coll: Any) -> None:

@@ -5,7 +5,7 @@ loops over every row of every segment, on every search. It only changes when the
 (immutable) segments or the tombstones change, so `generation` keeps it with the read
 snapshot it belongs to and derives the next one from the previous: only the keys of
 segments that came or went, or whose tombstone changed, are looked at again. Used by
-`memd.indexing.lite_search`, which patches Lite's searches to use it.
+`memd.indexing.engine.lite_search`, which patches Lite's searches to use it.
 """
 
 from __future__ import annotations

@@ -34,16 +34,17 @@ from typing import Any
 import structlog
 
 from memd.config import EmbeddingConfig
-from memd.indexing import embedding, ranking
-from memd.indexing.index_client import (
+from memd.indexing import embedding
+from memd.indexing.query import ranking
+from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
     IndexTransportError,
     connect,
 )
-from memd.indexing.query_embedding import QueryEmbedder
-from memd.indexing.settings import IndexTarget
-from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr
+from memd.indexing.query.query_embedding import QueryEmbedder
+from memd.indexing.query.time_filter import exchange_time, in_range, time_filter_expr
+from memd.indexing.targets import IndexTarget
 
 log = structlog.get_logger()
 

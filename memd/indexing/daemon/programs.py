@@ -1,0 +1,35 @@
+"""The child programs memd starts, as the daemon side knows them: one place.
+
+The children (index server, shared index server, watch wrapper, catch-up child) are
+their own programs; memd names them by module in command lines, and uses three things of
+theirs: the socket probe `index_ready`, and the catch-up child's report event and file
+selection. Every such name the daemon side uses is here, so a move of the children
+touches this module only (its names are those of the children's own face,
+`memd.indexing.children`, where the children get one). Children never import the daemon
+side.
+"""
+
+from __future__ import annotations
+
+from memd.indexing.catch_up_child import DONE_EVENT, changed_files
+from memd.indexing.catch_up_child import MODULE as CATCH_UP
+from memd.indexing.index_server import index_ready
+
+INDEX_SERVER = "memd.indexing.index_server"
+SHARED_INDEX_SERVER = "memd.indexing.shared_index_server"
+WATCHER = "memd.indexing.memsearch_watch"
+
+# What the zygote forks (memd.supervision.zygote_spawner): every child above; the
+# catch-up child is one-shot, not supervised (Pipelines._catch_up).
+MODULES = (WATCHER, INDEX_SERVER, SHARED_INDEX_SERVER, CATCH_UP)
+
+__all__ = [
+    "CATCH_UP",
+    "DONE_EVENT",
+    "INDEX_SERVER",
+    "MODULES",
+    "SHARED_INDEX_SERVER",
+    "WATCHER",
+    "changed_files",
+    "index_ready",
+]

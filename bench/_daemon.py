@@ -179,7 +179,8 @@ class IndexView:
     @classmethod
     def of(cls, proc: DaemonProcess, client_id: str) -> IndexView:
         from memd.config import load_config
-        from memd.indexing.settings import IndexSettings, index_target
+        from memd.indexing.daemon.plan import index_target
+        from memd.indexing.daemon.settings import IndexSettings
         from memd.layout import ClientLayout
 
         config = load_config(proc.config_path)

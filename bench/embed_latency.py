@@ -21,7 +21,7 @@ import time
 import openai
 
 from memd.indexing import embedding
-from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.daemon.embed_server import EmbeddingServer
 
 EMBEDDER = embedding.Embedder()  # one model for the whole run
 

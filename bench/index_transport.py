@@ -1,6 +1,6 @@
 """Recall's index requests two ways, against one index server: JSON socket vs pymilvus/gRPC.
 
-memd reaches a local index over the index server's JSON socket (memd.indexing.index_client,
+memd reaches a local index over the index server's JSON socket (memd.indexing.query.index_client,
 issue 16 item 3); before, it used pymilvus over the gRPC socket, which the index server
 still serves (the watchers use it). Both run the same engine call. This writes
 memsearch-shaped chunks with real vectors (bench/search_speed.py's), lets the server
@@ -22,11 +22,11 @@ from pathlib import Path
 from search_speed import BATCH, COLLECTION, QUERIES, chunks, memd_server, summary, write
 
 from memd.config import EmbeddingConfig
-from memd.indexing import search
-from memd.indexing.index_client import IndexClient, LiteIndexClient, PymilvusIndexClient
 from memd.indexing.index_requests import query_socket_path
-from memd.indexing.search import IndexSearcher
-from memd.indexing.settings import IndexTarget
+from memd.indexing.query import search
+from memd.indexing.query.index_client import IndexClient, LiteIndexClient, PymilvusIndexClient
+from memd.indexing.query.search import IndexSearcher
+from memd.indexing.targets import IndexTarget
 
 
 class _Searcher(IndexSearcher):

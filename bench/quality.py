@@ -49,7 +49,7 @@ from _daemon import (
 
 from memd import recall as rc
 from memd.indexing import embedding
-from memd.indexing.search import OUTPUT_FIELDS, Hit, exchange_time
+from memd.indexing.query.search import OUTPUT_FIELDS, Hit, exchange_time
 from memd.layout import ClientLayout
 from memd.markdown.transcript import HEADING_TIME, parse_exchange_heading
 from tests.support.daemon import base_config, write_config

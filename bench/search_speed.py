@@ -28,8 +28,8 @@ from typing import Any
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.children import index_ready
-from memd.indexing.search import IndexSearcher
-from memd.indexing.settings import IndexTarget
+from memd.indexing.query.search import IndexSearcher
+from memd.indexing.targets import IndexTarget
 
 EMBEDDER = embedding.Embedder()  # one model for the whole run
 

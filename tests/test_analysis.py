@@ -166,7 +166,7 @@ def test_milvus_server_collection_created_by_memd_has_the_analyzer(
 
 @pytest.fixture
 def endpoint() -> Iterator[Any]:
-    from memd.indexing.embed_server import EmbeddingServer
+    from memd.indexing.daemon.embed_server import EmbeddingServer
 
     srv = EmbeddingServer()
     yield srv.start()
@@ -178,7 +178,7 @@ def test_an_index_built_before_the_analyzer_is_rebuilt_and_then_answers(
     tmp_path: Path, children: list[Child], endpoint: Any
 ) -> None:
     from memd import indexing
-    from memd.indexing.settings import spec_path
+    from memd.indexing.daemon.settings import spec_path
     from tests.test_indexing import EXCHANGE, make_config, start_client
 
     config = make_config(tmp_path)

@@ -18,7 +18,7 @@ import pytest
 from memd.compaction.job import restore
 from memd.compaction.service import Compactor
 from memd.config import CompactionConfig
-from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.markdown import transcript
 from memd.markdown.transcript import Part
 from tests.support.embedding import EMBEDDER

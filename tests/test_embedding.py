@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from memd.indexing import embedding
-from memd.indexing.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.daemon.embed_server import EmbeddingServer, Endpoint
 from tests.support.embedding import embed, embed_one
 
 

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 
 from memd.config import EmbeddingConfig
-from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.index_client import (
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.index_requests import MAX_LINE, query_socket_path
+from memd.indexing.query.index_client import (
     IndexRequestError,
     IndexTransportError,
     LiteIndexClient,
     PymilvusIndexClient,
 )
-from memd.indexing.index_requests import MAX_LINE, query_socket_path
-from memd.indexing.search import OUTPUT_FIELDS
-from memd.indexing.settings import IndexTarget
-from memd.indexing.time_filter import time_filter_expr
+from memd.indexing.query.search import OUTPUT_FIELDS
+from memd.indexing.query.time_filter import time_filter_expr
+from memd.indexing.targets import IndexTarget
 from tests.support.embedding import embed_one
 from tests.test_index_server import Child, short_dir, stopping_children
 from tests.test_search import COLLECTION, T0, Index, session_text
@@ -210,8 +210,8 @@ def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> N
         f"""
         import sys
         from memd.config import EmbeddingConfig
-        from memd.indexing.search import IndexSearcher, expand_hit
-        from memd.indexing.settings import IndexTarget
+        from memd.indexing.query.search import IndexSearcher, expand_hit
+        from memd.indexing.targets import IndexTarget
         cfg = EmbeddingConfig(*{(cfg.provider, cfg.model, cfg.base_url, cfg.api_key)!r})
         s = IndexSearcher(IndexTarget({index.uri!r}, {COLLECTION!r}), cfg)
         hits = s.search("staging Postgres port", top_k=2)

@@ -31,11 +31,12 @@ import pytest
 
 from memd import indexing
 from memd.config import Config, EmbeddingConfig, MilvusConfig
-from memd.indexing import catch_up_run, embedding, index_lock
+from memd.indexing import embedding, index_lock
 from memd.indexing.children import index_ready
-from memd.indexing.embed_server import EmbeddingServer, Endpoint
-from memd.indexing.search import IndexSearcher
-from memd.indexing.settings import IndexSettings
+from memd.indexing.daemon import catch_up_run
+from memd.indexing.daemon.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.daemon.settings import IndexSettings
+from memd.indexing.query.search import IndexSearcher
 from memd.layout import ClientLayout, write_memsearch_toml
 from tests.support.embedding import embed, embed_one
 from tests.test_index_server import Child, stopping_children, wait_for

@@ -12,9 +12,10 @@ import pytest
 
 from memd import indexing
 from memd.config import Config, EmbeddingConfig
-from memd.indexing import embedding, minilm, settings
-from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.search import IndexSearcher
+from memd.indexing import embedding, minilm
+from memd.indexing import targets as settings
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.query.search import IndexSearcher
 from memd.layout import ClientLayout
 from tests.support.embedding import EMBEDDER, embed, embed_one
 from tests.test_index_server import Child, stopping_children, wait_for

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.daemon.embed_server import EmbeddingServer
 from tests.support.index import ClientIndex, client_config
 
 pytestmark = pytest.mark.slow

@@ -22,9 +22,9 @@ import pytest
 
 from memd import recall as rc
 from memd.config import EmbeddingConfig, RecallConfig
-from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.search import Hit, IndexSearcher, IndexUnavailableError
-from memd.indexing.settings import IndexTarget
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.query.search import Hit, IndexSearcher, IndexUnavailableError
+from memd.indexing.targets import IndexTarget
 from memd.layout import ClientLayout
 from memd.markdown.summary import render_summary
 from memd.sessions.tracker import ClientSessions
@@ -164,7 +164,7 @@ def _hit(
     score: float = 0.9,
     chunk: str = "c0ffee",
 ) -> Hit:
-    from memd.indexing.search import exchange_time
+    from memd.indexing.query.search import exchange_time
 
     return Hit(
         chunk_hash=chunk,

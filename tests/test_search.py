@@ -13,7 +13,7 @@ import pytest
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
-from memd.indexing.search import (
+from memd.indexing.query.search import (
     Hit,
     IndexSearcher,
     IndexUnavailableError,
@@ -21,7 +21,7 @@ from memd.indexing.search import (
     in_range,
     time_filter_expr,
 )
-from memd.indexing.settings import IndexTarget
+from memd.indexing.targets import IndexTarget
 from tests.support.embedding import embed, embed_one
 from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
 
@@ -157,7 +157,7 @@ def test_finds_the_right_exchange_with_its_metadata(index: Index, searcher: Inde
 def test_same_hits_as_memsearch_with_memds_own_scores(
     index: Index, searcher: IndexSearcher
 ) -> None:
-    """memd fuses BM25 and cosine itself (memd.indexing.ranking), so its scores are not
+    """memd fuses BM25 and cosine itself (memd.indexing.query.ranking), so its scores are not
     memsearch's RRF scores; on these queries both rank the same chunks."""
     from memsearch.store import MilvusStore
 
@@ -297,7 +297,7 @@ def test_time_filter_at_the_end_of_time_does_not_overflow() -> None:
     """Found by fuzzing memory.recall: before=9999-12-31T23:59:59Z raised OverflowError."""
     from datetime import UTC, datetime
 
-    from memd.indexing.search import time_filter_expr
+    from memd.indexing.query.search import time_filter_expr
 
     end = datetime(9999, 12, 31, 23, 59, 59)
     assert time_filter_expr(None, end) == ""
@@ -310,7 +310,7 @@ def test_extract_section_is_memsearchs() -> None:
     same answer for every line and heading level of documents with nested sections."""
     from memsearch.cli import _extract_section
 
-    from memd.indexing.search import extract_section
+    from memd.indexing.query.search import extract_section
 
     docs = [
         session_text(),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from memd.cli.client import RemoteError
-from memd.indexing.embed_server import EmbeddingServer
+from memd.indexing.daemon.embed_server import EmbeddingServer
 from tests.support.daemon import DaemonProcess
 from tests.support.faults import alive, call, pipeline_running, recall_finds, wait_for
 from tests.support.hostile import (

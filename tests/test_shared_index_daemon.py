@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from memd.indexing.settings import index_socket_path
-from memd.indexing.shared_index import SharedIndex
+from memd.indexing.daemon.settings import index_socket_path
+from memd.indexing.daemon.shared_index import SharedIndex
 from memd.layout import ClientLayout
 from tests.support.daemon import base_config, write_config
 from tests.support.faults import (

@@ -32,6 +32,7 @@ import structlog
 
 from memd.compaction.usage import Usage, reported
 from memd.config import CompactionConfig
+from memd.sdk_env import is_sdk_variable  # every SDK variable, one list (memd.sdk_env)
 
 log = structlog.get_logger()
 
@@ -132,9 +133,6 @@ OFFICIAL_BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
 }
-# Every variable an SDK reads when a setting is not passed (keys, base URLs, organisation,
-# custom headers, Vertex AI switches). Hidden while a client is built: see _sdk_env_hidden.
-_SDK_ENV_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
 _ENV_LOCK = threading.Lock()
 
 
@@ -152,7 +150,7 @@ def _sdk_env_hidden() -> Iterator[None]:
     aside for that moment, on the event loop, under a lock, and put back.
     """
     with _ENV_LOCK:
-        saved = {k: v for k, v in os.environ.items() if k.startswith(_SDK_ENV_PREFIXES)}
+        saved = {k: v for k, v in os.environ.items() if is_sdk_variable(k)}
         for key in saved:
             del os.environ[key]
         try:

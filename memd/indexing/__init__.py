@@ -1,4 +1,10 @@
-"""Each client's index: settings, commands, index server, embeddings, rebuilds, search."""
+"""Each client's index: its plan and children, the embedding models, recall's search.
+
+Organised by where code runs (docs/architecture.md): `daemon` (memd's side: pipelines,
+index servers, rebuilds, catch-up), `query` (recall's search, in memd), the child
+programs, and the modules both sides share (`targets`, `embedding`, `chunking`,
+`index_lock`). This face names what the rest of memd uses.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +13,11 @@ from typing import TYPE_CHECKING
 from memd import public_face
 
 if TYPE_CHECKING:
-    from memd.indexing.maintenance import (
+    from memd.indexing.daemon import (
+        ClientPlan,
         IndexBusyError,
+        Pipelines,
         catch_up,
-        needs_rebuild,
-        prepare_index,
-        read_spec,
-        rebuild,
-        watcher_ready,
-        write_spec,
-    )
-    from memd.indexing.pipeline import Pipelines
-    from memd.indexing.search import (
-        Hit,
-        IndexSearcher,
-        IndexUnavailableError,
-        expand_hit,
-        in_range,
-    )
-    from memd.indexing.settings import (
-        IndexTarget,
         collection_name,
         ensure_dirs,
         index_server_command,
@@ -35,11 +26,20 @@ if TYPE_CHECKING:
         index_target,
         memsearch_toml,
         milvus_data_dir,
+        needs_rebuild,
+        prepare_index,
+        read_spec,
+        rebuild,
         watcher_command,
         watcher_home,
+        watcher_ready,
+        write_spec,
     )
+    from memd.indexing.query import Hit, IndexSearcher, IndexUnavailableError, expand_hit, in_range
+    from memd.indexing.targets import IndexTarget
 
 __all__ = [
+    "ClientPlan",
     "Hit",
     "IndexBusyError",
     "IndexSearcher",
@@ -70,26 +70,11 @@ __all__ = [
 __getattr__ = public_face(
     __name__,
     {
-        "maintenance": (
+        "daemon": (
+            "ClientPlan",
             "IndexBusyError",
+            "Pipelines",
             "catch_up",
-            "needs_rebuild",
-            "prepare_index",
-            "read_spec",
-            "rebuild",
-            "watcher_ready",
-            "write_spec",
-        ),
-        "pipeline": ("Pipelines",),
-        "search": (
-            "Hit",
-            "IndexSearcher",
-            "IndexUnavailableError",
-            "expand_hit",
-            "in_range",
-        ),
-        "settings": (
-            "IndexTarget",
             "collection_name",
             "ensure_dirs",
             "index_server_command",
@@ -98,8 +83,16 @@ __getattr__ = public_face(
             "index_target",
             "memsearch_toml",
             "milvus_data_dir",
+            "needs_rebuild",
+            "prepare_index",
+            "read_spec",
+            "rebuild",
             "watcher_command",
             "watcher_home",
+            "watcher_ready",
+            "write_spec",
         ),
+        "query": ("Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range"),
+        "targets": ("IndexTarget",),
     },
 )

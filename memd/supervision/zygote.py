@@ -3,7 +3,7 @@
 Started with `python -m memd.supervision.zygote --socket PATH --parent PID --module M ...
 --preload P ...` as a supervised child of memd (plain spawn, through the trampoline of
 `procs`). It imports what the children need once (for memd's index servers and watchers,
-the list in `memd.indexing.pipeline`: memsearch, pymilvus, Milvus Lite, 5-11 s of CPU and
+the list in `memd.indexing.daemon.zygote`: memsearch, pymilvus, Milvus Lite, 5-11 s of CPU and
 ~200 MB per child otherwise), calls `gc.collect(); gc.freeze()` so the collector of a
 forked child does not touch (and copy) the inherited objects, and then serves a Unix
 socket. Each request names a `python -m MODULE ARGS...` command, its environment and

@@ -1,6 +1,6 @@
 """A real per-client index for tests: index server + `memsearch watch` + an IndexSearcher.
 
-Built from memd's own command lines (`memd.indexing.settings`), so the tests index exactly as the
+Built from memd's own command lines (`memd.indexing.daemon.plan`), so the tests index exactly as the
 daemon does: the embedded model served by an in-process `EmbeddingServer`, one
 `python -m memd.indexing.children.index_server` per client on a Unix socket, one
 `memsearch watch` on the
@@ -20,17 +20,16 @@ from typing import Any, TypeVar
 
 from memd.config import Config, parse_config
 from memd.indexing.children import index_ready
-from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.maintenance import watcher_ready
-from memd.indexing.search import IndexSearcher, IndexUnavailableError
-from memd.indexing.settings import (
-    Command,
-    ensure_dirs,
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.daemon.maintenance import watcher_ready
+from memd.indexing.daemon.plan import (
     index_server_command,
     index_target,
     memsearch_toml,
     watcher_command,
 )
+from memd.indexing.daemon.settings import Command, ensure_dirs
+from memd.indexing.query.search import IndexSearcher, IndexUnavailableError
 from memd.layout import ClientLayout, write_memsearch_toml
 from tests.support.embedding import EMBEDDER
 

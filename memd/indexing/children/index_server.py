@@ -68,7 +68,7 @@ class IndexServer:
     """One client's index: open the database, serve it on the socket, tear both down.
 
     The single-client process (`serve`) runs one; memd's shared index server
-    (`memd.indexing.shared_index_server`) runs one per client in a single process.
+    (`memd.indexing.children.shared_index_server`) runs one per client in a single process.
     """
 
     def __init__(self, data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS):

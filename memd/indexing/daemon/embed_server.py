@@ -23,7 +23,6 @@ import json
 import secrets
 import threading
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -31,6 +30,7 @@ import structlog
 from aiohttp import web
 
 from memd.indexing import embedding
+from memd.indexing.targets import Endpoint
 
 log = structlog.get_logger()
 
@@ -51,15 +51,6 @@ class RequestError(Exception):
         super().__init__(message)
         self.status = status
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """What a watcher needs to reach the server: base URL (ending in /v1), key and model."""
-
-    base_url: str
-    api_key: str
-    model: str
 
 
 def parse_request(body: bytes, model: str | Collection[str]) -> tuple[list[str], str, str]:

@@ -1,7 +1,7 @@
 """An index's life beside its watcher: start-up detection, catch-up, fingerprint and rebuild.
 
-The watcher is started by the pipeline from `memd.indexing.settings`' command line; this
-module decides whether the index it will write into still matches the configured
+The watcher is started by the pipeline from the client's plan (`memd.indexing.daemon.plan`);
+this module decides whether the index it will write into still matches the configured
 embedding (`IndexSpec`), rebuilds it from the markdown files when it does not, and indexes
 what the watcher missed while it was starting.
 """
@@ -21,18 +21,9 @@ import structlog
 from memd import trust
 from memd.config import Config
 from memd.indexing import analysis
-from memd.indexing.embed_server import Endpoint
-from memd.indexing.settings import (
-    IndexSettings,
-    IndexSpec,
-    IndexTarget,
-    index_spec,
-    index_target,
-    memsearch_toml,
-    milvus_data_dir,
-    spec_path,
-    watcher_embedding,
-)
+from memd.indexing.daemon.plan import ClientPlan
+from memd.indexing.daemon.settings import IndexSettings, IndexSpec, milvus_data_dir, spec_path
+from memd.indexing.targets import Endpoint, IndexTarget, watcher_embedding
 from memd.layout import ClientLayout
 
 log = structlog.get_logger()
@@ -88,25 +79,24 @@ def catch_up(
     from memd.indexing.children import changed_files
     from memd.indexing.children.catch_up_child import index_files
 
-    settings = settings or IndexSettings()
+    plan = ClientPlan.of(config, layout, settings)
     files = changed_files(layout.sessions, since)
     if not files:
         return 0
-    emb = watcher_embedding(config.embedding, endpoint)
-    target = index_target(config, layout)
+    emb = watcher_embedding(plan.embedding, endpoint)
     added = index_files(
         files,
         sessions=layout.sessions,
         provider=emb.provider,
         model=emb.model,
-        milvus_uri=target.uri,
-        collection=target.collection,
-        batch_size=memsearch_toml(config, layout, settings)["embedding"]["batch_size"],
+        milvus_uri=plan.target.uri,
+        collection=plan.target.collection,
+        batch_size=plan.batch_size,
         base_url=emb.base_url,
         api_key=emb.api_key,
-        token=target.token,
-        max_chunk_size=settings.max_chunk_size,
-        overlap_lines=settings.overlap_lines,
+        token=plan.target.token,
+        max_chunk_size=plan.settings.max_chunk_size,
+        overlap_lines=plan.settings.overlap_lines,
     )
     log.info("index.catch_up", client=layout.client_id, files=len(files), chunks=added)
     return added
@@ -175,31 +165,33 @@ def rebuild(layout: ClientLayout, target: IndexTarget | None = None, timeout: fl
 
 
 def prepare_index(config: Config, layout: ClientLayout) -> bool:
+    """`prepare` for a config and a layout."""
+    return prepare(ClientPlan.of(config, layout))
+
+
+def prepare(plan: ClientPlan) -> bool:
     """Before starting a client's index server and watcher: rebuild if the spec changed.
 
     Returns True when it rebuilt. Call with the client's index server stopped.
     """
-    spec = index_spec(config, layout)
-    target = index_target(config, layout)
     rebuilt = False
-    if needs_rebuild(layout, spec):
-        rebuild(layout, target)
+    if needs_rebuild(plan.layout, plan.spec):
+        rebuild(plan.layout, plan.target)
         rebuilt = True
-    if not target.local:
-        _create_remote(config, target, spec)
-    write_spec(layout, spec)
+    if not plan.target.local:
+        _create_remote(plan, plan.spec)
+    write_spec(plan.layout, plan.spec)
     return rebuilt
 
 
-def _create_remote(
-    config: Config, target: IndexTarget, spec: IndexSpec, timeout: float = 30.0
-) -> None:
+def _create_remote(plan: ClientPlan, spec: IndexSpec, timeout: float = 30.0) -> None:
     """Create the client's collection on the Milvus server with memd's analyzer before
     the watcher starts (memsearch would create it without one). A local index needs
     nothing here: its index server adds the analyzer to the collection memsearch creates."""
     from pymilvus import MilvusClient
 
-    dimension = spec.dimension or _provider_dimension(config)
+    target = plan.target
+    dimension = spec.dimension or _provider_dimension(plan)
     client = MilvusClient(uri=target.uri, token=target.token or "", timeout=timeout)
     try:
         analysis.create_collection(client, target.collection, dimension, timeout)
@@ -208,11 +200,11 @@ def _create_remote(
             client.close()
 
 
-def _provider_dimension(config: Config) -> int:
+def _provider_dimension(plan: ClientPlan) -> int:
     """The dimension memsearch's provider reports for the configured model."""
     from memsearch.embeddings import get_provider
 
-    emb = watcher_embedding(config.embedding, None)
+    emb = watcher_embedding(plan.embedding, None)
     provider = get_provider(
         emb.provider, model=emb.model, base_url=emb.base_url or None, api_key=emb.api_key or None
     )

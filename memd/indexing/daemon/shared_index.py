@@ -1,7 +1,8 @@
 """memd's side of the shared index server: one supervised child for every client's index.
 
-With `[supervision] shared_index_server = true`, `Pipelines` asks this for a client's index
-instead of adding a `<client>/index` child: the client goes into the manifest
+With `[supervision] shared_index_server = true`, `Pipelines` gets a client's index from
+here (through `memd.indexing.daemon.servers.SharedServers`) instead of a `<client>/index`
+child: the client goes into the manifest
 (`<memory_dir>/.memd/index-clients.json`), the one child `_shared/index` (a
 `memd.indexing.children.shared_index_server`, forked from the zygote like the others) is told
 to sync, and the client's watcher is gated on its own socket answering. The child's
@@ -33,15 +34,17 @@ from typing import Any
 import structlog
 
 from memd import trust
-from memd.indexing import settings
-from memd.indexing.children import SHARED_INDEX_SERVER, index_ready
+from memd.indexing.daemon import programs
+from memd.indexing.daemon.plan import server_env
+from memd.indexing.daemon.programs import index_ready
+from memd.indexing.daemon.settings import runtime_dir
 from memd.supervision import ChildSpec, Supervisor
 from memd.supervision.states import ProcessStates
 
 log = structlog.get_logger()
 
 SHARED_NAME = "_shared/index"  # a client id starts with a letter or digit: no clash
-SHARED_MODULE = SHARED_INDEX_SERVER
+SHARED_MODULE = programs.SHARED_INDEX_SERVER
 WATCH_EVERY = 1.0  # seconds between looks at the child (a restart to sync, FATAL)
 SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
 WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it
@@ -79,18 +82,15 @@ class SharedIndex:
     def control_path(memory_dir: Path) -> Path:
         """In the runtime dir, as the zygote's: a Unix socket path must stay short."""
         digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
-        return settings.runtime_dir() / f"index-shared-{digest}.sock"
+        return runtime_dir() / f"index-shared-{digest}.sock"
 
     def spec(self) -> ChildSpec:
         argv = [sys.executable, "-m", SHARED_MODULE, "--manifest", str(self.manifest)]
         argv += ["--control", str(self.control)]
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # as index_server_command
         return ChildSpec(
             name=SHARED_NAME,
             argv=tuple(argv),
-            env=env,
+            env=server_env(),
             cwd=self._state,
             log_path=self._state / "logs" / "index-shared.log",
             pidfile=self._state / "index-shared.pid",
@@ -101,6 +101,11 @@ class SharedIndex:
             ready_timeout=SYNC_TIMEOUT,
             restart_at_once=True,
         )
+
+    @property
+    def clients(self) -> tuple[str, ...]:
+        """The clients it serves (or served until it went FATAL), in order."""
+        return tuple(sorted(self._clients))
 
     def serving(self, sock: Path) -> Callable[[], bool]:
         """The watcher's gate: its client's socket answers."""

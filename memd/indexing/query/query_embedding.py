@@ -1,7 +1,7 @@
 """Embedding a recall query exactly as the client's watcher embeds its chunks.
 
 memd's embedded models directly; any other provider through memsearch's own provider
-classes, with the settings the watcher runs with (memd.indexing.settings).
+classes, with the settings the watcher runs with (memd.indexing.targets).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
-from memd.indexing.settings import effective_model, uses_embedded_model, watcher_embedding
+from memd.indexing.targets import effective_model, uses_embedded_model, watcher_embedding
 
 
 class QueryEmbedder:

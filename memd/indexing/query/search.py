@@ -34,16 +34,17 @@ from typing import Any
 import structlog
 
 from memd.config import EmbeddingConfig
-from memd.indexing import embedding, ranking
-from memd.indexing.index_client import (
+from memd.indexing import embedding
+from memd.indexing.query import ranking
+from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
     IndexTransportError,
     connect,
 )
-from memd.indexing.query_embedding import QueryEmbedder
-from memd.indexing.settings import IndexTarget
-from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr
+from memd.indexing.query.query_embedding import QueryEmbedder
+from memd.indexing.query.time_filter import exchange_time, in_range, time_filter_expr
+from memd.indexing.targets import IndexTarget
 
 log = structlog.get_logger()
 
@@ -374,11 +375,10 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
 def extract_section(
     lines: Sequence[str], start_line: int, heading_level: int
 ) -> tuple[str, int, int]:
-    """memsearch 0.4.23's `_extract_section` (memsearch.cli), line for line: back from the chunk's
-    first line to its heading, forward to the next heading of the same or a higher level.
-
-    Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow, gRPC),
-    ~90 MB memd does not otherwise need. tests/test_search.py checks it against
+    """memsearch 0.4.23's `_extract_section` (memsearch.cli), line for line: back from the
+    chunk's first line to its heading, forward to the next heading of the same or a higher
+    level. Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow,
+    gRPC), ~90 MB memd does not otherwise need; tests/test_search.py checks it against
     memsearch's own on every kind of section, so an upgrade that changes it is caught."""
     from memd.indexing.engine.reads import heading_pattern  # memsearch's; no pymilvus
 

@@ -1,8 +1,10 @@
 """Each client's indexing pipeline under the supervisor: index server, watcher, searcher.
 
-`Pipelines` turns the config into supervised children: per enabled client an index server
-(local mode only) and a `memsearch watch` that starts once the index server answers,
-plus the `IndexSearcher` recall uses. One embedding endpoint serves the embedded model to
+`Pipelines` turns the config into supervised children: per enabled client its plan
+(`ClientPlan`, derived once from the client and the config), an index server (local mode
+only, from the `IndexServers` chosen once at start: one per client or one shared) and a
+`memsearch watch` that starts once the index server answers, plus the `IndexSearcher`
+recall uses. One embedding endpoint serves the embedded model to
 every watcher. A change of a client's index settings (embedding provider/model, Milvus
 target) stops its children, rebuilds the index from the markdown files if the fingerprint
 changed, and starts them again; anything else leaves running children alone.
@@ -12,10 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,61 +23,55 @@ from typing import Any
 import structlog
 
 from memd.config import Config
-from memd.indexing import catch_up_run, embedding, leftovers, maintenance, settings
-from memd.indexing.children import MODULES, index_ready
-from memd.indexing.embed_server import EmbeddingServer, Endpoint
-from memd.indexing.search import IndexSearcher
-from memd.indexing.shared_index import SHARED_NAME, SharedIndex
+from memd.indexing import embedding
+from memd.indexing.daemon import catch_up_run, leftovers, maintenance
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.daemon.plan import ClientPlan
+from memd.indexing.daemon.servers import (
+    IndexServers,
+    OwnServers,
+    Served,
+    add_client_child,
+    index_servers,
+)
+from memd.indexing.daemon.settings import ensure_dirs
+from memd.indexing.daemon.zygote import ZYGOTE_MODULES, start_zygote, zygote_status
+from memd.indexing.query.search import IndexSearcher
+from memd.indexing.targets import Endpoint, effective_model, uses_embedded_model
 from memd.layout import ClientLayout, write_memsearch_toml
-from memd.supervision import ChildSpec, Supervisor, procs
-from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
+from memd.supervision import Supervisor
+from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner
 
 log = structlog.get_logger()
 
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
 IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
-FATAL_RETRY_AFTER = 600.0  # seconds a FATAL watcher or index server waits, then retries
 CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
-
-# What the zygote forks, and what it imports first: everything a watcher and an index
-# server import at start, and what they import lazily soon after (memsearch's openai
-# provider imports the SDK on first use: ~700 modules, pydantic and its HTTP stack).
-ZYGOTE_MODULES = MODULES  # the catch-up child is one-shot, not supervised: _catch_up
-ZYGOTE_PRELOAD = (
-    "memd.heap",
-    "memd.logs",
-    "memsearch.cli",
-    "memsearch.core",
-    "memsearch.watcher",
-    "memsearch.embeddings.openai",
-    "pymilvus",
-    "pymilvus.grpc_gen.milvus_pb2_grpc",
-    "milvus_lite.db",
-    "milvus_lite.adapter.grpc.servicer",
-    "grpc",
-    "grpc._channel",
-    "grpc.experimental",
-    "openai",
-    "openai.resources.embeddings",
-    "openai.types.create_embedding_response",
-    "anyio._backends._asyncio",
-    "truststore",
-)
 
 
 @dataclass
 class _Pipeline:
-    layout: ClientLayout
+    plan: ClientPlan
     config: Config
     endpoint: Endpoint | None
     fingerprint: tuple[Any, ...]
-    children: list[str]
+    served: Served | None  # its index server (None: a remote Milvus server)
+    watcher: str
     searcher: IndexSearcher
     # Catch-up bookkeeping: the (watcher pid, index pid) pair last caught up, and the
     # time from which files must be re-checked after the next (re)start.
     caught_up: tuple[int | None, ...] = ()
     since: float = 0.0
+
+    @property
+    def layout(self) -> ClientLayout:
+        return self.plan.layout
+
+    @property
+    def children(self) -> list[str]:
+        """Its index server (when local) and watcher, in start order."""
+        return ([self.served.name] if self.served else []) + [self.watcher]
 
 
 def _fingerprint(config: Config) -> tuple[Any, ...]:
@@ -109,62 +101,33 @@ class Pipelines:
         self._endpoint: Endpoint | None = None
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
-        self._shared: SharedIndex | None = None  # [supervision] shared_index_server
+        # A server per client until `start` reads [supervision] shared_index_server.
+        self._servers: IndexServers = OwnServers(self.supervisor, self._prefers)
 
     async def start(self, config: Config) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
 
         Only configured clients' folders are looked at, only if they pass the trust rule,
-        and only children memd starts for that client are stopped (`memd.indexing.leftovers`):
-        a pidfile is readable data anyone could have written.
+        and only children memd starts for that client are stopped
+        (`memd.indexing.daemon.leftovers`): a pidfile is readable data anyone could have
+        written. The index servers' kind is chosen here, once (`servers.index_servers`).
         """
         await leftovers.reap_memd_wide(config.memory_dir)
         if self.spawner is not None:
             # first, so it imports while the rest starts; on the loop: spawns happen there
-            self._start_zygote(config.memory_dir, config.supervision.zygote)
-            self.supervisor.step()
-        if config.supervision.shared_index_server:
-            self._shared = SharedIndex(
-                self.supervisor,
-                config.memory_dir,
-                prefers=self._prefers,
-                on_fatal=self._unshare,
+            start_zygote(
+                self.supervisor, self.spawner, config.memory_dir, config.supervision.zygote
             )
+            self.supervisor.step()
+        self._servers = index_servers(config, self.supervisor, self._prefers, self._restart)
         for client_id in sorted(config.clients):
             await leftovers.reap_client(config, ClientLayout(config.memory_dir, client_id))
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
-    def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
-        """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits
-        in the runtime dir (a Unix socket path must stay short)."""
-        assert self.spawner is not None
-        digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
-        sock = settings.runtime_dir() / f"zygote-{digest}.sock"
-        if not self.spawner.use(sock, enabled=wanted):
-            return
-        state = memory_dir / ".memd"
-        home = state / "zygote-home"
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.supervisor.add(
-            zygote_spec(
-                sock,
-                state / "logs" / "zygote.log",
-                state / "zygote.pid",
-                modules=ZYGOTE_MODULES,
-                preload=ZYGOTE_PRELOAD,
-                home=home,
-            )
-        )
-
     def zygote_status(self) -> dict[str, Any] | None:
         """daemon.status's `zygote`: the child's status plus how children were started."""
-        if self.spawner is None:
-            return None
-        out: dict[str, Any] = self.spawner.status()
-        if ZYGOTE_NAME in self.supervisor:
-            out["process"] = self.supervisor.status()[ZYGOTE_NAME].to_dict()
-        return out
+        return zygote_status(self.supervisor, self.spawner)
 
     def _prefers(self) -> tuple[str, ...]:
         return (ZYGOTE_NAME,) if ZYGOTE_NAME in self.supervisor else ()
@@ -192,86 +155,36 @@ class Pipelines:
             except Exception as exc:  # one client's broken folder must not stop the rest
                 log.exception("pipeline.start_failed", client=client_id)
                 self._errors[client_id] = f"{type(exc).__name__}: {exc}"
-        if not wanted or not settings.uses_embedded_model(config.embedding):
+        if not wanted or not uses_embedded_model(config.embedding):
             self._stop_embedding()
 
     async def _start(self, config: Config, layout: ClientLayout) -> None:
-        client_id = layout.client_id
+        plan = ClientPlan.of(config, layout)
         endpoint = await self._embedding_endpoint(config)
-        await asyncio.to_thread(settings.ensure_dirs, layout)
-        await asyncio.to_thread(
-            write_memsearch_toml, layout, settings.memsearch_toml(config, layout)
-        )
-        rebuilt = await asyncio.to_thread(maintenance.prepare_index, config, layout)
-        if rebuilt:
-            log.info("pipeline.index_rebuilt", client=client_id)
-        children: list[str] = []
-        server = settings.index_server_command(config, layout)
-        sock = settings.index_socket_path(layout)
-        gate: Callable[[], bool] | None = None
-        if server is not None and self._shared is not None and not self._shared.failed:
-            data_dir = settings.milvus_data_dir(layout)
-            children.append(await self._shared.add(client_id, data_dir, sock))
-            gate = self._shared.serving(sock)
-        elif server is not None:
-            serving = functools.partial(index_ready, sock, timeout=0.2)
-            children.append(self._add_child(layout, "index", server, serving, requires=()))
-        watcher = settings.watcher_command(config, layout, endpoint)
-        watching = self._watching(f"{client_id}/watch", layout.sessions)
-        children.append(
-            self._add_child(layout, "watch", watcher, watching, children[:1], gate=gate)
-        )
-        target = settings.index_target(config, layout)
-        searcher = IndexSearcher(target, config.embedding, root=layout.root, embedder=self.embedder)
-        self._pipelines[client_id] = _Pipeline(
-            layout,
-            config,
-            endpoint,
-            _fingerprint(config),
-            children,
-            searcher,
-            since=time.time() - CATCH_UP_MARGIN,
-        )
-        log.info("pipeline.started", client=client_id, children=children)
-
-    def _add_child(
-        self,
-        layout: ClientLayout,
-        kind: str,
-        command: settings.Command,
-        ready: Callable[[], bool],
-        requires: Sequence[str],
-        gate: Callable[[], bool] | None = None,
-    ) -> str:
-        """Supervise one of the client's children (`index` or `watch`); returns its name.
-
-        RUNNING comes with readiness (the index server's socket answers, the watcher holds
-        its inotify watch), so no fixed startsecs; the first exit after a healthy run is
-        restarted at once (see memd.supervision.child)."""
-        name = f"{layout.client_id}/{kind}"
-        self.supervisor.add(
-            ChildSpec(
-                name=name,
-                argv=command.argv,
-                env=dict(command.env),
-                cwd=command.cwd,
-                log_path=layout.logs_dir / f"{kind}.log",
-                pidfile=layout.state_dir / f"{kind}.pid",
-                startsecs=0.0,
-                stop_signal=signal.SIGINT,
-                stop_timeout=10.0,
-                ready=ready,
-                # An initial scan of a large session takes minutes: busy is not stuck.
-                progress=procs.activity,
-                # FATAL is a pause: a client's indexing never stops for good.
-                fatal_retry_after=FATAL_RETRY_AFTER,
-                restart_at_once=True,
-            ),
-            requires=requires,
+        await asyncio.to_thread(ensure_dirs, layout)
+        await asyncio.to_thread(write_memsearch_toml, layout, dict(plan.memsearch_toml))
+        if await asyncio.to_thread(maintenance.prepare, plan):
+            log.info("pipeline.index_rebuilt", client=plan.client_id)
+        served = await self._servers.add(plan) if plan.index_server is not None else None
+        watcher = add_client_child(
+            self.supervisor,
+            plan,
+            "watch",
+            plan.watcher(endpoint),
+            self._watching(f"{plan.client_id}/watch", layout.sessions),
+            requires=served.requires if served else (),
             prefers=self._prefers(),
-            gate=gate,
+            gate=served.gate if served else None,
         )
-        return name
+        searcher = IndexSearcher(
+            plan.target, config.embedding, root=layout.root, embedder=self.embedder
+        )
+        pipeline = _Pipeline(
+            plan, config, endpoint, _fingerprint(config), served, watcher, searcher
+        )
+        pipeline.since = time.time() - CATCH_UP_MARGIN
+        self._pipelines[plan.client_id] = pipeline
+        log.info("pipeline.started", client=plan.client_id, children=pipeline.children)
 
     def _watching(self, name: str, sessions: Path) -> Callable[[], bool]:
         """Ready once memsearch really watches sessions/ (its log line comes too early)."""
@@ -323,8 +236,8 @@ class Pipelines:
             return
         # In a child (forked from the zygote when it runs), not in memd: memsearch's
         # indexing would cost memd pymilvus (~90 MB) and GIL time beside recall.
-        added = await catch_up_run.run_child(
-            pipeline.config, pipeline.layout, pipeline.endpoint, pipeline.since, self.spawner
+        added = await catch_up_run.run_plan(
+            pipeline.plan, pipeline.endpoint, pipeline.since, self.spawner
         )
         if self._pipelines.get(client_id) is pipeline:
             pipeline.caught_up = key
@@ -334,26 +247,26 @@ class Pipelines:
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)
         # Watcher first: it must not lose its index server in the middle of a write.
-        for name in reversed(pipeline.children):
-            if name != SHARED_NAME:
-                await self.supervisor.remove(name)
-        if SHARED_NAME in pipeline.children and self._shared is not None:
-            await self._shared.remove(client_id)
+        await self.supervisor.remove(pipeline.watcher)
+        if pipeline.served is not None:
+            await self._servers.remove(pipeline.plan, pipeline.served)
         await asyncio.to_thread(pipeline.searcher.close)
         log.info("pipeline.stopped", client=client_id)
 
-    async def _unshare(self) -> None:
-        """The shared index server went FATAL: give its clients a server each."""
-        for client_id, pipeline in list(self._pipelines.items()):
-            if SHARED_NAME in pipeline.children:
+    async def _restart(self, client_ids: Sequence[str]) -> None:
+        """Stop and start these clients' pipelines (the shared index server went FATAL:
+        they get a server each)."""
+        for client_id in client_ids:
+            pipeline = self._pipelines.get(client_id)
+            if pipeline is not None:
                 await self._stop(client_id)
                 await self._start(pipeline.config, pipeline.layout)
 
     async def _embedding_endpoint(self, config: Config) -> Endpoint | None:
-        if not settings.uses_embedded_model(config.embedding):
+        if not uses_embedded_model(config.embedding):
             return None
         if self._endpoint is None:
-            model = settings.effective_model(config.embedding)  # the one loaded at start
+            model = effective_model(config.embedding)  # the one loaded at start
             self._embed = EmbeddingServer(self.embedder, model=model)
             self._endpoint = await asyncio.to_thread(self._embed.start)
         return self._endpoint
@@ -377,8 +290,7 @@ class Pipelines:
         if pipeline is None:
             return False
         await self._stop(client_id)
-        target = settings.index_target(pipeline.config, pipeline.layout)
-        await asyncio.to_thread(maintenance.rebuild, pipeline.layout, target)
+        await asyncio.to_thread(maintenance.rebuild, pipeline.layout, pipeline.plan.target)
         await self._start(pipeline.config, pipeline.layout)
         await self._until_ready(client_id, timeout)
         log.info("pipeline.rebuilt", client=client_id)
@@ -420,8 +332,7 @@ class Pipelines:
         if self._catch_up_task is not None:
             self._catch_up_task.cancel()
             await asyncio.gather(self._catch_up_task, return_exceptions=True)
-        if self._shared is not None:
-            await self._shared.close()
+        await self._servers.close()
         await self.supervisor.shutdown(timeout)
         if self.spawner is not None:
             self.spawner.close()

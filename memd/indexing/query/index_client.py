@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memd.indexing.index_requests import RequestError, decode, pack_vector, query_socket_path
-from memd.indexing.settings import IndexTarget
+from memd.indexing.targets import IndexTarget
 
 MAX_IDLE = 4  # connections kept per client: recall's concurrent searches of one client
 

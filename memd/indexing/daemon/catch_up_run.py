@@ -15,25 +15,16 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memd.config import Config
-from memd.indexing.children import CATCH_UP as MODULE
-from memd.indexing.children import DONE_EVENT, changed_files
-from memd.indexing.embed_server import Endpoint
-from memd.indexing.settings import (
-    Command,
-    IndexSettings,
-    index_target,
-    memsearch_toml,
-    uses_embedded_model,
-    watcher_embedding,
-    watcher_env,
-)
+from memd.indexing.daemon.plan import ClientPlan
+from memd.indexing.daemon.programs import DONE_EVENT, changed_files
+from memd.indexing.daemon.settings import Command
+from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout
 
 if TYPE_CHECKING:
@@ -46,52 +37,6 @@ _LOG_TAIL = 64 * 1024
 
 class CatchUpFailedError(RuntimeError):
     """The catch-up child exited without reporting (its log says why)."""
-
-
-def catch_up_command(
-    config: Config,
-    layout: ClientLayout,
-    endpoint: Endpoint | None,
-    since: float,
-    run: str,
-    settings: IndexSettings | None = None,
-) -> Command:
-    """The child's command: the watcher's provider, target and environment."""
-    settings = settings or IndexSettings()
-    emb = watcher_embedding(config.embedding, endpoint)
-    target = index_target(config, layout)
-    batch = memsearch_toml(config, layout, settings)["embedding"]["batch_size"]
-    argv = [
-        sys.executable,
-        "-m",
-        MODULE,
-        "--sessions",
-        str(layout.sessions),
-        "--since",
-        repr(since),
-        "--run",
-        run,
-        "--client",
-        layout.client_id,
-        "--provider",
-        emb.provider,
-        "--model",
-        emb.model,
-        "--milvus-uri",
-        target.uri,
-        "--collection",
-        target.collection,
-        "--batch-size",
-        str(batch),
-        "--max-chunk-size",
-        str(settings.max_chunk_size),
-        "--overlap-lines",
-        str(settings.overlap_lines),
-    ]
-    if emb.base_url:
-        argv += ["--base-url", emb.base_url]
-    env = watcher_env(layout, emb, target, embedded=uses_embedded_model(config.embedding))
-    return Command(tuple(argv), env, layout.root)
 
 
 def child_spec(command: Command, layout: ClientLayout) -> ChildSpec:
@@ -114,12 +59,24 @@ async def run_child(
     spawner: Spawner | None = None,
     timeout: float = TIMEOUT,
 ) -> int:
+    """`run_plan` for a config and a layout."""
+    return await run_plan(ClientPlan.of(config, layout), endpoint, since, spawner, timeout)
+
+
+async def run_plan(
+    plan: ClientPlan,
+    endpoint: Endpoint | None,
+    since: float,
+    spawner: Spawner | None = None,
+    timeout: float = TIMEOUT,
+) -> int:
     """Run one catch-up child to its end and return the chunks it added.
 
     Call on the event loop thread: the spawn must come from a thread that lives as long
     as memd (PDEATHSIG, see memd.supervision.procs). Raises CatchUpFailedError when the
     child fails or times out; a cancelled caller kills it. Nothing changed since `since`:
     0 at once, no child."""
+    layout = plan.layout
     if not await asyncio.to_thread(changed_files, layout.sessions, since):
         return 0
     if spawner is None:
@@ -127,7 +84,7 @@ async def run_child(
 
         spawner = PopenSpawner()
     run = uuid.uuid4().hex
-    spec = child_spec(catch_up_command(config, layout, endpoint, since, run), layout)
+    spec = child_spec(plan.catch_up(endpoint, since, run), layout)
     proc = spawner.spawn(spec)
     try:
         code = await _exited(proc, time.monotonic() + timeout)

@@ -17,9 +17,9 @@ import structlog
 
 from memd import trust
 from memd.config import Config
-from memd.indexing import settings
-from memd.indexing.embed_server import Endpoint
-from memd.indexing.shared_index import is_shared_server
+from memd.indexing.daemon.plan import ClientPlan
+from memd.indexing.daemon.shared_index import is_shared_server
+from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout
 from memd.supervision import reap_leftovers
 
@@ -62,11 +62,11 @@ async def reap_client(config: Config, layout: ClientLayout) -> None:
 def started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) -> bool:
     """Whether `argv` is this client's index server or watcher as memd starts them: the
     interpreter, module and the client's own data folder or sessions/ must all match."""
+    plan = ClientPlan.of(config, layout)
     placeholder = Endpoint("http://127.0.0.1:0/v1", "", "")  # argv[:5] never names it
-    commands = [settings.watcher_command(config, layout, placeholder).argv]
-    server = settings.index_server_command(config, layout)
-    if server is not None:
-        commands.append(server.argv)
+    commands = [plan.watcher(placeholder).argv]
+    if plan.index_server is not None:
+        commands.append(plan.index_server.argv)
     return any(list(argv[:5]) == list(command[:5]) for command in commands)
 
 

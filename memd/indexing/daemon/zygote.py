@@ -1,0 +1,78 @@
+"""The zygote for indexing's children: what it preloads, where it lives, its status.
+
+The zygote (memd.supervision.zygote) forks the watchers, index servers and catch-up
+children from one process that imported their heavy modules once; `Pipelines` starts it
+first, so it imports while the rest of memd starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from memd.indexing.daemon.programs import MODULES as ZYGOTE_MODULES
+from memd.indexing.daemon.settings import runtime_dir
+from memd.supervision import Supervisor
+from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
+
+# What the zygote imports first: everything a watcher and an index server import at
+# start, and what they import lazily soon after (memsearch's openai provider imports the
+# SDK on first use: ~700 modules, pydantic and its HTTP stack).
+ZYGOTE_PRELOAD = (
+    "memd.heap",
+    "memd.logs",
+    "memsearch.cli",
+    "memsearch.core",
+    "memsearch.watcher",
+    "memsearch.embeddings.openai",
+    "pymilvus",
+    "pymilvus.grpc_gen.milvus_pb2_grpc",
+    "milvus_lite.db",
+    "milvus_lite.adapter.grpc.servicer",
+    "grpc",
+    "grpc._channel",
+    "grpc.experimental",
+    "openai",
+    "openai.resources.embeddings",
+    "openai.types.create_embedding_response",
+    "anyio._backends._asyncio",
+    "truststore",
+)
+
+__all__ = ["ZYGOTE_MODULES", "ZYGOTE_NAME", "ZYGOTE_PRELOAD", "start_zygote", "zygote_status"]
+
+
+def start_zygote(
+    supervisor: Supervisor, spawner: ZygoteSpawner, memory_dir: Path, wanted: bool
+) -> None:
+    """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits
+    in the runtime dir (a Unix socket path must stay short)."""
+    digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
+    sock = runtime_dir() / f"zygote-{digest}.sock"
+    if not spawner.use(sock, enabled=wanted):
+        return
+    state = memory_dir / ".memd"
+    home = state / "zygote-home"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    supervisor.add(
+        zygote_spec(
+            sock,
+            state / "logs" / "zygote.log",
+            state / "zygote.pid",
+            modules=ZYGOTE_MODULES,
+            preload=ZYGOTE_PRELOAD,
+            home=home,
+        )
+    )
+
+
+def zygote_status(supervisor: Supervisor, spawner: ZygoteSpawner | None) -> dict[str, Any] | None:
+    """daemon.status's `zygote`: the child's status plus how children were started."""
+    if spawner is None:
+        return None
+    out: dict[str, Any] = spawner.status()
+    if ZYGOTE_NAME in supervisor:
+        out["process"] = supervisor.status()[ZYGOTE_NAME].to_dict()
+    return out

@@ -1,0 +1,28 @@
+"""Recall's query path, run in memd: hybrid search of a client's index and its ranking.
+
+`IndexSearcher` (`search`) embeds the query (`query_embedding`), asks the index through
+`index_client`, fuses and scores the two halves (`ranking`) and filters by time
+(`time_filter`). It never loads an engine patch: those run in the children only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memd import public_face
+
+if TYPE_CHECKING:
+    from memd.indexing.query.search import (
+        Hit,
+        IndexSearcher,
+        IndexUnavailableError,
+        expand_hit,
+        in_range,
+    )
+
+__all__ = ["Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range"]
+
+__getattr__ = public_face(
+    __name__,
+    {"search": ("Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range")},
+)

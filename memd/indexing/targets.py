@@ -1,0 +1,85 @@
+"""Which index a client's chunks live in and which model embeds them.
+
+Shared by memd's two sides of indexing: the daemon side (`memd.indexing.daemon`) builds
+the children's command lines from these values, and recall's query path
+(`memd.indexing.query`) embeds queries and reads the index with the very same ones, so a
+query is embedded by the model that embedded the chunks. Pure values and functions: no
+import of memsearch, pymilvus or the daemon side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memd.config import EmbeddingConfig
+from memd.indexing import embedding
+
+DEFAULT_PROVIDER = "wordllama"  # memd.indexing.embedding; "minilm" is the other bundled one
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+# memsearch's default models, so the fingerprint names the model actually used.
+MEMSEARCH_DEFAULT_MODELS = {
+    "openai": "text-embedding-3-small",
+    "google": "gemini-embedding-001",
+    "voyage": "voyage-3-lite",
+    "jina": "jina-embeddings-v4",
+    "mistral": "mistral-embed",
+    "ollama": "nomic-embed-text",
+    "local": "all-MiniLM-L6-v2",
+    "onnx": "gpahal/bge-m3-onnx-int8",
+}
+
+
+@dataclass(frozen=True)
+class IndexTarget:
+    """Where a client's chunks live: a Milvus URI (unix: socket or server) and a collection."""
+
+    uri: str
+    collection: str
+    token: str = field(default="", repr=False)
+    local: bool = True
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What a watcher needs to reach memd's embedding server (`memd.indexing.daemon.
+    embed_server`): base URL (ending in /v1), key and model."""
+
+    base_url: str
+    api_key: str
+    model: str
+
+
+@dataclass(frozen=True)
+class WatcherEmbedding:
+    """The memsearch provider settings a watcher runs with."""
+
+    provider: str
+    model: str
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+
+
+def uses_embedded_model(cfg: EmbeddingConfig) -> bool:
+    """A model memd bundles and serves itself (memd.indexing.embedding.PROVIDERS)."""
+    return cfg.provider in embedding.PROVIDERS
+
+
+def effective_model(cfg: EmbeddingConfig) -> str:
+    if uses_embedded_model(cfg):
+        return embedding.PROVIDERS[cfg.provider]
+    return cfg.model or MEMSEARCH_DEFAULT_MODELS.get(cfg.provider, "")
+
+
+def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> WatcherEmbedding:
+    """An embedded model is reached through memd's OpenAI-compatible endpoint, which
+    serves every bundled model by name."""
+    if uses_embedded_model(cfg):
+        if endpoint is None:
+            raise ValueError("the embedded model needs memd's embedding endpoint")
+        model = effective_model(cfg)
+        return WatcherEmbedding("openai", model, endpoint.base_url, endpoint.api_key)
+    base_url = cfg.base_url
+    if cfg.provider == "openai" and not base_url:
+        base_url = OPENAI_BASE_URL  # explicit, so no OPENAI_BASE_URL variable can redirect it
+    return WatcherEmbedding(cfg.provider, effective_model(cfg), base_url, cfg.api_key)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 
-async def _run(c: Compactor, job: Job, client: ClientRecords, sid: str) -> Outcome:
+async def _run(compactor: Compactor, job: Job, client: ClientRecords, sid: str) -> Outcome:
     """One compaction or re-compaction with the settings in force now; what it spent
     counts, also for one that fails or is cancelled."""
     usage = Usage()
@@ -35,64 +35,66 @@ async def _run(c: Compactor, job: Job, client: ClientRecords, sid: str) -> Outco
         return await job(
             client.layout,
             sid,
-            c.settings(),
-            max_request_chars=c.max_request_chars,
-            clock=c._clock,
-            step_hook=c._step_hook,
+            compactor.settings(),
+            max_request_chars=compactor.max_request_chars,
+            clock=compactor._clock,
+            step_hook=compactor._step_hook,
             usage=usage,
             guard=client.guard,
         )
     finally:
         if usage:
-            client.ledger.add(sid, day_of(c._clock()), usage)
+            client.ledger.add(sid, day_of(compactor._clock()), usage)
 
 
-async def compact(c: Compactor, key: Key) -> None:
+async def compact(compactor: Compactor, key: Key) -> None:
     client_id, sid = key
-    client = c._clients.get(client_id)
+    client = compactor._clients.get(client_id)
     rec = client.get(sid) if client is not None else None
     if client is None or rec is None or rec.state != S.PENDING:
         return  # restored, or the client closed, while it waited
-    async with c._sem:
-        if (reason := _cap_reached(c, client)) is not None:
-            outcomes.deferred(client, c._schedule, sid, reason, c._clock())
+    async with compactor._sem:
+        if (reason := _cap_reached(compactor, client)) is not None:
+            outcomes.deferred(client, compactor._schedule, sid, reason, compactor._clock())
             return
-        settings = c.settings()
+        settings = compactor.settings()
         try:
-            out = await _run(c, compact_session, client, sid)
+            out = await _run(compactor, compact_session, client, sid)
         except Exception as exc:  # whatever it was, nothing half-done is left: retry later
-            outcomes.failed(client, c._schedule, sid, exc, c.backoff, c._clock())
+            outcomes.failed(
+                client, compactor._schedule, sid, exc, compactor.backoff, compactor._clock()
+            )
             return
     if out.result == "missing":
-        c._set(client, sid, S.MISSING, last_error="no transcript in sessions/ or archive/")
+        compactor._set(client, sid, S.MISSING, last_error="no transcript in sessions/ or archive/")
         return
-    outcomes.compacted(client, sid, out, settings, c._clock())
-    if c.on_compacted is not None:
+    outcomes.compacted(client, sid, out, settings, compactor._clock())
+    if compactor.on_compacted is not None:
         try:
-            await _maybe_await(c.on_compacted(client_id, sid))
+            await _maybe_await(compactor.on_compacted(client_id, sid))
         except Exception:
             log.exception("compaction.hook_failed", client=client_id, session=sid)
 
 
-def _cap_reached(c: Compactor, client: ClientRecords) -> str | None:
-    cfg = c.config
+def _cap_reached(compactor: Compactor, client: ClientRecords) -> str | None:
+    cfg = compactor.config
     return cap_reached(
         cfg.max_input_tokens_per_day_per_client,
         cfg.max_input_tokens_per_day,
         client.ledger,
-        [c.ledger for c in c._clients.values()],
-        day_of(c._clock()),
+        [other.ledger for other in compactor._clients.values()],
+        day_of(compactor._clock()),
     )
 
 
-async def recompact_one(c: Compactor, client: ClientRecords, sid: str) -> dict[str, Any]:
+async def recompact_one(compactor: Compactor, client: ClientRecords, sid: str) -> dict[str, Any]:
     """One re-compaction, tracked as running so a restore of the session cancels it."""
     client.layout.session_file(sid)
     key = (client.layout.client_id, sid)
-    if c._schedule.busy(key):
+    if compactor._schedule.busy(key):
         return {"session_id": sid, "result": "busy", "error": "a compaction is running"}
-    work = _recompact(c, client, sid)
-    job = await c._schedule.track(key, work, f"recompaction:{sid}")
+    work = _recompact(compactor, client, sid)
+    job = await compactor._schedule.track(key, work, f"recompaction:{sid}")
     if job.cancelled():
         return {
             "session_id": sid,
@@ -102,20 +104,20 @@ async def recompact_one(c: Compactor, client: ClientRecords, sid: str) -> dict[s
     return job.result()
 
 
-async def _recompact(c: Compactor, client: ClientRecords, sid: str) -> dict[str, Any]:
-    async with c._sem:
-        if (reason := _cap_reached(c, client)) is not None:
-            resets = iso(next_day(c._clock()))
+async def _recompact(compactor: Compactor, client: ClientRecords, sid: str) -> dict[str, Any]:
+    async with compactor._sem:
+        if (reason := _cap_reached(compactor, client)) is not None:
+            resets = iso(next_day(compactor._clock()))
             error = f"deferred: {reason}; ask again after {resets}"
             return {"session_id": sid, "result": "deferred", "error": error}
-        settings = c.settings()
+        settings = compactor.settings()
         try:
-            out = await _run(c, recompact_session, client, sid)
+            out = await _run(compactor, recompact_session, client, sid)
         except Exception as exc:
             error = outcomes.reason(exc)
             rec = client.get(sid)
             if rec is not None and rec.state == S.COMPACTED:
-                c._set(client, sid, S.COMPACTED, last_error=error)
+                compactor._set(client, sid, S.COMPACTED, last_error=error)
             log.warning(
                 "compaction.recompact_failed",
                 client=client.layout.client_id,
@@ -124,7 +126,7 @@ async def _recompact(c: Compactor, client: ClientRecords, sid: str) -> dict[str,
             )
             return {"session_id": sid, "result": "failed", "error": error}
     if out.result == "recompacted":
-        outcomes.compacted(client, sid, out, settings, c._clock())
+        outcomes.compacted(client, sid, out, settings, compactor._clock())
     return {"session_id": sid, "result": out.result, "error": None}
 
 

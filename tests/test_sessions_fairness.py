@@ -34,11 +34,11 @@ def test_other_work_is_served_while_a_big_record_chat_decides(tmp_path: Path) ->
             big = asyncio.create_task(
                 busy.record_chat(big_request, {"role": "assistant", "content": "done"})
             )
-            while not busy._deciding.locked():  # the big call is deciding
+            while not busy._core.deciding.locked():  # the big call is deciding
                 await asyncio.sleep(0)
             gate = threading.Event()
-            assert busy._hashing is not None
-            busy._hashing.submit(gate.wait)  # its next step in the worker waits for the gate
+            assert busy._core.hashing is not None
+            busy._core.hashing.submit(gate.wait)  # its next step in the worker waits for the gate
             try:
                 later = asyncio.create_task(
                     busy.record_chat(

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.api.methods import build_registry
-
-__all__ = [
-    "build_registry",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "methods": ("build_registry",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -6,6 +6,7 @@ pyproject.toml checks that), and tests can hand it any object of this shape.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -14,6 +15,7 @@ from memd.indexing import IndexSearcher
 from memd.layout import ClientLayout
 from memd.privacy import Selector
 from memd.recall import RecallLane
+from memd.rpc import JsonParams
 from memd.sessions import ClientSessions
 
 
@@ -67,3 +69,8 @@ class App(Protocol):
     def runtime(self) -> Services: ...
 
     def status(self) -> dict[str, Any]: ...
+
+
+# A JSON-RPC handler as the api writes it: a module-level function of the app and the
+# call's params, bound to the daemon's app by `memd.api.methods.build_registry`.
+ApiHandler = Callable[[App, JsonParams], Awaitable[dict[str, Any]]]

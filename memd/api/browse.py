@@ -11,12 +11,12 @@ and changes nothing; its query selector runs the same recall `memory.forget` run
 from __future__ import annotations
 
 import asyncio
-import functools
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from memd.access import check_client_id
-from memd.api.app import App, ClientServices
+from memd.api.app import ApiHandler, App, ClientServices
 from memd.api.privacy import _time
 from memd.errors import IndexUnavailable, InvalidParams, MemdError, UnknownClient
 from memd.indexing import IndexUnavailableError
@@ -29,17 +29,10 @@ from memd.privacy import (
     read_conversation,
 )
 from memd.recall import recall
-from memd.rpc import JsonParams, Params, Registry
+from memd.rpc import JsonParams, Params
 
 MAX_EXCHANGES = 500  # exchanges of one page
 MAX_TEXT = 1024 * 1024  # characters of one message's window
-
-
-def register(registry: Registry, app: App) -> None:
-    """Add the browsing methods to the daemon's method table."""
-    registry.add("browse.conversations", functools.partial(browse_conversations, app))
-    registry.add("browse.conversation", functools.partial(browse_conversation, app))
-    registry.add("memory.forget_preview", functools.partial(forget_preview, app))
 
 
 async def browse_conversations(app: App, params: JsonParams) -> dict[str, Any]:
@@ -153,6 +146,13 @@ async def _hits(
     return [
         (str(layout.root / r["source"]), r["heading"], r["conversation"]) for r in out["results"]
     ]
+
+
+METHODS: Mapping[str, ApiHandler] = {
+    "browse.conversations": browse_conversations,
+    "browse.conversation": browse_conversation,
+    "memory.forget_preview": forget_preview,
+}
 
 
 def _now() -> datetime:

@@ -10,74 +10,79 @@ query that matches nothing relevant is refused (`not_found`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from memd import recall as rc
-from memd.api.app import App
+from memd.api.app import ApiHandler, App
 from memd.errors import InvalidParams
 from memd.privacy import MAX_PAGE_SIZE, PAGE_SIZE, make_selector
-from memd.rpc import JsonParams, Params, Registry
+from memd.rpc import JsonParams, Params
 
 
-def register(registry: Registry, app: App) -> None:
-    """Add the privacy methods to the daemon's method table."""
+async def memory_forget(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.forget`: one selector, or a dry run listing what it would remove."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+        session_id = p.optional("session_id", str)
+        conversation_id = p.optional("conversation_id", (str, int))
+        after = p.optional("after", str)
+        before = p.optional("before", str)
+        query = p.optional("query", str)
+        everything = p.optional("all", bool, False)
+        exact = p.optional("exchanges", list)
+        dry_run = p.optional("dry_run", bool, False)
+    now = datetime.now(UTC)
+    selector = make_selector(
+        session_id=session_id,
+        conversation_id=conversation_id,
+        after=_time(after, "after", now),
+        before=_time(before, "before", now),
+        query=query,
+        all=everything,
+        exchanges=None if exact is None else _keys(exact),
+    )
+    return await app.runtime.forget(client_id, selector, dry_run)
 
-    @registry.method("memory.forget")
-    async def memory_forget(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            session_id = p.optional("session_id", str)
-            conversation_id = p.optional("conversation_id", (str, int))
-            after = p.optional("after", str)
-            before = p.optional("before", str)
-            query = p.optional("query", str)
-            everything = p.optional("all", bool, False)
-            exact = p.optional("exchanges", list)
-            dry_run = p.optional("dry_run", bool, False)
-        now = datetime.now(UTC)
-        selector = make_selector(
-            session_id=session_id,
-            conversation_id=conversation_id,
-            after=_time(after, "after", now),
-            before=_time(before, "before", now),
-            query=query,
-            all=everything,
-            exchanges=None if exact is None else _keys(exact),
-        )
-        return await app.runtime.forget(client_id, selector, dry_run)
 
-    @registry.method("memory.redact")
-    async def memory_redact(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            dry_run = p.optional("dry_run", bool, False)
-            files = p.optional("files", list)
-            rebuild = p.optional("rebuild", bool)
-        if files is not None and not all(isinstance(f, str) for f in files):
-            raise InvalidParams("files must be a list of file names", data={"param": "files"})
-        return await app.runtime.redact(client_id, files, dry_run, rebuild)
+async def memory_redact(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.redact`: mask secrets in a client's files (or list them, on a dry run)."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+        dry_run = p.optional("dry_run", bool, False)
+        files = p.optional("files", list)
+        rebuild = p.optional("rebuild", bool)
+    if files is not None and not all(isinstance(f, str) for f in files):
+        raise InvalidParams("files must be a list of file names", data={"param": "files"})
+    return await app.runtime.redact(client_id, files, dry_run, rebuild)
 
-    @registry.method("memory.export")
-    async def memory_export(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            after = p.optional("after", str)
-            before = p.optional("before", str)
-            cursor = p.optional("cursor", str)
-            limit = p.optional("limit", int, PAGE_SIZE)
-        if not 1 <= limit <= MAX_PAGE_SIZE:
-            raise InvalidParams(
-                f"limit must be between 1 and {MAX_PAGE_SIZE}", data={"param": "limit"}
-            )
-        now = datetime.now(UTC)
-        return await app.runtime.export(
-            client_id,
-            after=_time(after, "after", now),
-            before=_time(before, "before", now),
-            cursor=cursor,
-            limit=limit,
-        )
+
+async def memory_export(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.export`: a client's exchanges in a time range, a page at a time."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+        after = p.optional("after", str)
+        before = p.optional("before", str)
+        cursor = p.optional("cursor", str)
+        limit = p.optional("limit", int, PAGE_SIZE)
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_SIZE}", data={"param": "limit"})
+    now = datetime.now(UTC)
+    return await app.runtime.export(
+        client_id,
+        after=_time(after, "after", now),
+        before=_time(before, "before", now),
+        cursor=cursor,
+        limit=limit,
+    )
+
+
+METHODS: Mapping[str, ApiHandler] = {
+    "memory.forget": memory_forget,
+    "memory.redact": memory_redact,
+    "memory.export": memory_export,
+}
 
 
 def _keys(items: list[Any]) -> list[tuple[str, int, int]]:

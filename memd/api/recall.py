@@ -13,16 +13,17 @@ reload renames the tool at once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from memd import recall as rc
 from memd.access import check_client_id, memory_client
-from memd.api.app import App
+from memd.api.app import ApiHandler, App
 from memd.errors import Busy, IndexUnavailable, InvalidParams, MemdError, Timeout
 from memd.indexing import IndexUnavailableError
-from memd.rpc import JsonParams, Params, Registry
+from memd.rpc import JsonParams, Params
 
 log = structlog.get_logger()
 
@@ -34,69 +35,75 @@ BUSY_TEXT = "Memory recall timed out because memd is busy right now. Try again i
 FAILED_TEXT = "Memory recall failed with an internal error (details are in memd's log)."
 
 
-def register(registry: Registry, app: App) -> None:
-    """Add the recall methods to the daemon's method table."""
+async def memory_recall(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.recall`: a search for programs; bad arguments are -32602, the rest kinds."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+        query = p.require("query", str)
+        top_k = p.optional("top_k", int)
+        after = p.optional("after", str)
+        before = p.optional("before", str)
+    runtime = await app.runtime.client(client_id)
+    arguments = {"query": query, "top_k": top_k, "after": after, "before": before}
+    try:
+        args = rc.parse_arguments(arguments, app.runtime.config.search_top_k)
+    except rc.RecallArgumentError as exc:
+        raise InvalidParams(exc.message, data={"param": exc.param}) from None
+    try:
+        return await rc.recall(
+            getattr(runtime, "searcher", None),
+            args.query,
+            args.top_k,
+            args.after,
+            args.before,
+            runtime.layout,
+            waiting=app.runtime.config.limits.recall_queue,
+            settings=app.runtime.config.recall,
+            lane=runtime.recall_lane,
+        )
+    except (rc.RecallBusyError, IndexUnavailableError, rc.RecallTimeoutError) as exc:
+        raise _recall_error(client_id, exc) from None
 
-    @registry.method("memory.recall")
-    async def memory_recall(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            query = p.require("query", str)
-            top_k = p.optional("top_k", int)
-            after = p.optional("after", str)
-            before = p.optional("before", str)
-        runtime = await app.runtime.client(client_id)
-        arguments = {"query": query, "top_k": top_k, "after": after, "before": before}
-        try:
-            args = rc.parse_arguments(arguments, app.runtime.config.search_top_k)
-        except rc.RecallArgumentError as exc:
-            raise InvalidParams(exc.message, data={"param": exc.param}) from None
-        try:
-            return await rc.recall(
-                getattr(runtime, "searcher", None),
-                args.query,
-                args.top_k,
-                args.after,
-                args.before,
-                runtime.layout,
-                waiting=app.runtime.config.limits.recall_queue,
-                settings=app.runtime.config.recall,
-                lane=runtime.recall_lane,
-            )
-        except rc.RecallBusyError as exc:
-            log.warning("recall.busy", client=client_id, error=str(exc))
-            raise Busy(
-                f"recall for client {client_id!r} is busy: {exc}; retry shortly",
-                data={"client_id": client_id},
-            ) from None
-        except IndexUnavailableError as exc:
-            log.warning("recall.unavailable", client=client_id, error=str(exc))
-            raise IndexUnavailable(
-                f"the memory index of client {client_id!r} is not available (starting, "
-                "restarting or not answering); retry shortly",
-                data={"client_id": client_id},
-            ) from None
-        except rc.RecallTimeoutError as exc:
-            log.warning("recall.timeout", client=client_id, error=str(exc))
-            raise Timeout(
-                f"recall for client {client_id!r} timed out: {exc}; retry shortly",
-                data={"client_id": client_id},
-            ) from None
 
-    @registry.method("memory.tools")
-    async def memory_tools(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-        return tools_for(app, client_id)
+def _recall_error(client_id: str, exc: Exception) -> MemdError:
+    """The domain error a caller of `memory.recall` gets for a search that could not run."""
+    data = {"client_id": client_id}
+    if isinstance(exc, rc.RecallBusyError):
+        log.warning("recall.busy", client=client_id, error=str(exc))
+        return Busy(f"recall for client {client_id!r} is busy: {exc}; retry shortly", data=data)
+    if isinstance(exc, IndexUnavailableError):
+        log.warning("recall.unavailable", client=client_id, error=str(exc))
+        return IndexUnavailable(
+            f"the memory index of client {client_id!r} is not available (starting, "
+            "restarting or not answering); retry shortly",
+            data=data,
+        )
+    log.warning("recall.timeout", client=client_id, error=str(exc))
+    return Timeout(f"recall for client {client_id!r} timed out: {exc}; retry shortly", data=data)
 
-    @registry.method("memory.call_tool")
-    async def memory_call_tool(params: JsonParams) -> dict[str, Any]:
-        with Params(params) as p:
-            client_id = p.require("client_id", str)
-            name = p.require("name", str)
-            arguments = p.optional("arguments", dict, {})
-        check_client_id(client_id)
-        return await call_tool(app, client_id, name, arguments)
+
+async def memory_tools(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.tools`: the `_memory` MCP server as one client sees it."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+    return tools_for(app, client_id)
+
+
+async def memory_call_tool(app: App, params: JsonParams) -> dict[str, Any]:
+    """`memory.call_tool`: run a `_memory` tool; what fails inside it is a tool result."""
+    with Params(params) as p:
+        client_id = p.require("client_id", str)
+        name = p.require("name", str)
+        arguments = p.optional("arguments", dict, {})
+    check_client_id(client_id)
+    return await call_tool(app, client_id, name, arguments)
+
+
+METHODS: Mapping[str, ApiHandler] = {
+    "memory.recall": memory_recall,
+    "memory.tools": memory_tools,
+    "memory.call_tool": memory_call_tool,
+}
 
 
 def tools_for(app: App, client_id: str) -> dict[str, Any]:

@@ -4,26 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.cli.client import ClientError, MemdClient, RemoteError, call
-
-__all__ = [
-    "ClientError",
-    "MemdClient",
-    "RemoteError",
-    "call",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "client": (
-            "ClientError",
-            "RemoteError",
-            "MemdClient",
-            "call",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -96,16 +96,11 @@ def service_file(manager: str) -> Path:
     return unit_dir() / UNIT_NAME if manager == "systemd" else plist_path()
 
 
-def cmd_install(args: argparse.Namespace) -> int:
-    plan = plan_for(args)
-    content = render_unit(plan).encode() if args.manager == "systemd" else render_plist(plan)
-    if args.print_only:
-        sys.stdout.buffer.write(content)
-        sys.stdout.flush()
-        return EXIT_OK
-    config = load_config(plan.config_path)
+def _warn_about(manager: str, config_path: Path) -> None:
+    """What in the config would make the installed service surprise its user."""
+    config = load_config(config_path)
     if (
-        args.manager == "systemd"
+        manager == "systemd"
         and not os.environ.get("XDG_RUNTIME_DIR")
         and config.socket == config.memory_dir / "memd.sock"
     ):
@@ -116,7 +111,17 @@ def cmd_install(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if not config.enabled_clients():
-        print(f"memd: warning: no client in {plan.config_path} has memory on", file=sys.stderr)
+        print(f"memd: warning: no client in {config_path} has memory on", file=sys.stderr)
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    plan = plan_for(args)
+    content = render_unit(plan).encode() if args.manager == "systemd" else render_plist(plan)
+    if args.print_only:
+        sys.stdout.buffer.write(content)
+        sys.stdout.flush()
+        return EXIT_OK
+    _warn_about(args.manager, plan.config_path)
     if args.manager == "systemd" and (missing := _no_user_manager()):
         print(missing, file=sys.stderr)
         return EXIT_ERROR

@@ -4,32 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.compaction.base import base_file
     from memd.compaction.files import restore_files, summary_meta
     from memd.compaction.service import Compactor
     from memd.compaction.store import CompactionStates, Store
-
-__all__ = [
-    "CompactionStates",
-    "Compactor",
-    "Store",
-    "base_file",
-    "restore_files",
-    "summary_meta",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "base": ("base_file",),
-        "files": ("restore_files", "summary_meta"),
-        "service": ("Compactor",),
-        "store": (
-            "CompactionStates",
-            "Store",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

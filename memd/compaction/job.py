@@ -78,25 +78,11 @@ async def compact_session(
     live = layout.session_file(session_id)
     data = await asyncio.to_thread(read_bytes, live)
     if data is None:
-        if not await asyncio.to_thread(layout.archive_file(session_id).exists):
-            return Outcome(session_id, "missing")
-        meta = await asyncio.to_thread(summary_meta, layout, session_id)
-        return Outcome(
-            session_id,
-            "already",
-            llm_provider=meta.get("llm_provider"),
-            llm_model=meta.get("llm_model"),
-        )
+        return await _not_live(layout, session_id)
     digest = sha256(data)
     meta = await asyncio.to_thread(summary_meta, layout, session_id)
     if meta.get("source_sha256") == digest:  # a crash came after step 1: only the move is left
-        out = Outcome(
-            session_id,
-            "compacted",
-            llm_provider=meta.get("llm_provider"),
-            llm_model=meta.get("llm_model"),
-            compacted_at=clock(),
-        )
+        out = _as_recorded(session_id, "compacted", meta, compacted_at=clock())
     else:
         key = compaction_key(settings.provider, settings.model, max_request_chars)
         base = await asyncio.to_thread(find_base, layout, session_id, data, key)
@@ -176,18 +162,7 @@ async def _summarise(
         start = min(start, base.started)
     call = partial(llm.complete, settings, usage=usage)
     new = data[base.source_bytes :].decode("utf-8", "replace") if base else ""
-    if base is not None and new.strip():
-        result = await summarize_update(
-            base.body, new, call, span=span_text(start, end), max_request_chars=max_request_chars
-        )
-    elif base is not None:  # nothing new (only blank lines): the base says it all
-        result = llm.Summary(base.body, parts=0)
-    elif body.strip():
-        result = await llm.summarize(
-            body, call, span=span_text(start, end), max_request_chars=max_request_chars
-        )
-    else:  # nothing was said: no reason to ask anyone
-        result = llm.Summary("This session recorded no messages.", parts=0)
+    result = await _ask(call, base, body, new, span_text(start, end), max_request_chars)
     now = clock()
     text = render_summary(
         layout.client_id,
@@ -217,6 +192,48 @@ async def _summarise(
         incremental=base is not None,
     )
     return text, out
+
+
+async def _ask(
+    call: llm.Complete,
+    base: Base | None,
+    body: str,
+    new: str,
+    span: str,
+    max_request_chars: int,
+) -> llm.Summary:
+    """The summary: the base updated with what is new, the whole body, or no call at all."""
+    if base is not None and new.strip():
+        return await summarize_update(
+            base.body, new, call, span=span, max_request_chars=max_request_chars
+        )
+    if base is not None:  # nothing new (only blank lines): the base says it all
+        return llm.Summary(base.body, parts=0)
+    if body.strip():
+        return await llm.summarize(body, call, span=span, max_request_chars=max_request_chars)
+    # nothing was said: no reason to ask anyone
+    return llm.Summary("This session recorded no messages.", parts=0)
+
+
+async def _not_live(layout: ClientLayout, session_id: str) -> Outcome:
+    """No transcript in sessions/: compacted already (archived), or missing."""
+    if not await asyncio.to_thread(layout.archive_file(session_id).exists):
+        return Outcome(session_id, "missing")
+    meta = await asyncio.to_thread(summary_meta, layout, session_id)
+    return _as_recorded(session_id, "already", meta)
+
+
+def _as_recorded(
+    session_id: str, result: str, meta: dict[str, str], compacted_at: float | None = None
+) -> Outcome:
+    """An outcome whose summary is already written: its model as the summary records it."""
+    return Outcome(
+        session_id,
+        result,
+        llm_provider=meta.get("llm_provider"),
+        llm_model=meta.get("llm_model"),
+        compacted_at=compacted_at,
+    )
 
 
 def restore(layout: ClientLayout, session_id: str) -> str:

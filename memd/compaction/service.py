@@ -21,17 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from memd.compaction import llm, outcomes
+from memd.compaction import llm, runs
 from memd.compaction.files import StepHook, compacted_ids, restore_files, sweep_tmp
-from memd.compaction.job import Outcome, compact_session, recompact_session
+from memd.compaction.job import Outcome
 from memd.compaction.schedule import Key, Schedule, cancel
 from memd.compaction.status import client_status, compactor_status, session_rows, session_tokens
 from memd.compaction.store import Backoff, ClientRecords, S
-from memd.compaction.usage import Usage, cap_reached, day_of, next_day
+from memd.compaction.usage import day_of
 from memd.config import CompactionConfig
 from memd.errors import CompactionError
 from memd.layout import ClientLayout
-from memd.markdown import iso
 
 if TYPE_CHECKING:
     from memd.sessions import SessionInfo  # sibling service: for types only
@@ -319,103 +318,13 @@ class Compactor:
             finally:
                 self._schedule.queue.task_done()
 
-    # --- one run --------------------------------------------------------------------------
-
-    async def _run(self, job: Job, client: ClientRecords, sid: str) -> Outcome:
-        """One compaction or re-compaction with the settings in force now; what it spent
-        counts, also for one that fails or is cancelled."""
-        usage = Usage()
-        try:
-            return await job(
-                client.layout,
-                sid,
-                self.settings(),
-                max_request_chars=self.max_request_chars,
-                clock=self._clock,
-                step_hook=self._step_hook,
-                usage=usage,
-                guard=client.guard,
-            )
-        finally:
-            if usage:
-                client.ledger.add(sid, day_of(self._clock()), usage)
+    # --- one run (memd.compaction.runs) --------------------------------------------------
 
     async def _compact(self, key: Key) -> None:
-        client_id, sid = key
-        client = self._clients.get(client_id)
-        rec = client.get(sid) if client is not None else None
-        if client is None or rec is None or rec.state != S.PENDING:
-            return  # restored, or the client closed, while it waited
-        async with self._sem:
-            if (reason := self._cap_reached(client)) is not None:
-                outcomes.deferred(client, self._schedule, sid, reason, self._clock())
-                return
-            settings = self.settings()
-            try:
-                out = await self._run(compact_session, client, sid)
-            except Exception as exc:  # whatever it was, nothing half-done is left: retry later
-                outcomes.failed(client, self._schedule, sid, exc, self.backoff, self._clock())
-                return
-        if out.result == "missing":
-            self._set(client, sid, S.MISSING, last_error="no transcript in sessions/ or archive/")
-            return
-        outcomes.compacted(client, sid, out, settings, self._clock())
-        if self.on_compacted is not None:
-            try:
-                await _maybe_await(self.on_compacted(client_id, sid))
-            except Exception:
-                log.exception("compaction.hook_failed", client=client_id, session=sid)
-
-    def _cap_reached(self, client: ClientRecords) -> str | None:
-        cfg = self.config
-        return cap_reached(
-            cfg.max_input_tokens_per_day_per_client,
-            cfg.max_input_tokens_per_day,
-            client.ledger,
-            [c.ledger for c in self._clients.values()],
-            day_of(self._clock()),
-        )
+        await runs.compact(self, key)
 
     async def _recompact_one(self, client: ClientRecords, sid: str) -> dict[str, Any]:
-        """One re-compaction, tracked as running so a restore of the session cancels it."""
-        client.layout.session_file(sid)
-        key = (client.layout.client_id, sid)
-        if self._schedule.busy(key):
-            return {"session_id": sid, "result": "busy", "error": "a compaction is running"}
-        work = self._recompact(client, sid)
-        job = await self._schedule.track(key, work, f"recompaction:{sid}")
-        if job.cancelled():
-            return {
-                "session_id": sid,
-                "result": "cancelled",
-                "error": "the session was restored or compaction stopped",
-            }
-        return job.result()
-
-    async def _recompact(self, client: ClientRecords, sid: str) -> dict[str, Any]:
-        async with self._sem:
-            if (reason := self._cap_reached(client)) is not None:
-                resets = iso(next_day(self._clock()))
-                error = f"deferred: {reason}; ask again after {resets}"
-                return {"session_id": sid, "result": "deferred", "error": error}
-            settings = self.settings()
-            try:
-                out = await self._run(recompact_session, client, sid)
-            except Exception as exc:
-                error = outcomes.reason(exc)
-                rec = client.get(sid)
-                if rec is not None and rec.state == S.COMPACTED:
-                    self._set(client, sid, S.COMPACTED, last_error=error)
-                log.warning(
-                    "compaction.recompact_failed",
-                    client=client.layout.client_id,
-                    session=sid,
-                    error=error,
-                )
-                return {"session_id": sid, "result": "failed", "error": error}
-        if out.result == "recompacted":
-            outcomes.compacted(client, sid, out, settings, self._clock())
-        return {"session_id": sid, "result": out.result, "error": None}
+        return await runs.recompact_one(self, client, sid)
 
     async def _restore(self, client: ClientRecords, sid: str) -> str:
         self._set(client, sid, S.RESTORING)

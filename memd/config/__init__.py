@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.config.load import (
@@ -38,72 +38,5 @@ if TYPE_CHECKING:
         parse_listen,
     )
     from memd.config.parse import default_socket_path, parse_config
-
-__all__ = [
-    "CLIENT_ID_RE",
-    "DEFAULT_MEMORY_DIR",
-    "EMBEDDING_PROVIDERS",
-    "KEYED_EMBEDDING_PROVIDERS",
-    "LLM_PROVIDERS",
-    "MEMORY_MODES",
-    "MODES",
-    "TOOL_NAME_RE",
-    "ClientConfig",
-    "CompactionConfig",
-    "Config",
-    "ConfigError",
-    "EmbeddingConfig",
-    "LimitsConfig",
-    "MilvusConfig",
-    "PrivacyConfig",
-    "ProxyConfig",
-    "RecallConfig",
-    "SupervisionConfig",
-    "UiConfig",
-    "default_config_path",
-    "default_socket_path",
-    "load_config",
-    "parse_config",
-    "parse_listen",
-    "resolve_config_path",
-    "socket_for",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "load": (
-            "default_config_path",
-            "load_config",
-            "resolve_config_path",
-            "socket_for",
-        ),
-        "model": (
-            "CLIENT_ID_RE",
-            "DEFAULT_MEMORY_DIR",
-            "EMBEDDING_PROVIDERS",
-            "KEYED_EMBEDDING_PROVIDERS",
-            "LLM_PROVIDERS",
-            "MEMORY_MODES",
-            "MODES",
-            "TOOL_NAME_RE",
-            "ClientConfig",
-            "CompactionConfig",
-            "Config",
-            "ConfigError",
-            "EmbeddingConfig",
-            "LimitsConfig",
-            "MilvusConfig",
-            "PrivacyConfig",
-            "ProxyConfig",
-            "UiConfig",
-            "RecallConfig",
-            "SupervisionConfig",
-            "parse_listen",
-        ),
-        "parse": (
-            "default_socket_path",
-            "parse_config",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.daemon.process import run_daemon
-
-__all__ = [
-    "run_daemon",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "process": ("run_daemon",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -4,26 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.histories.model import Conversation, Exchange, HistoryError, Tally
     from memd.histories.source import FORMATS, History, open_history
-
-__all__ = [
-    "FORMATS",
-    "Conversation",
-    "Exchange",
-    "History",
-    "HistoryError",
-    "Tally",
-    "open_history",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "model": ("Conversation", "Exchange", "HistoryError", "Tally"),
-        "source": ("FORMATS", "History", "open_history"),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

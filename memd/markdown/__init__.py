@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.markdown.edit import (
@@ -43,79 +43,5 @@ if TYPE_CHECKING:
         parts_block,
         read_transcript,
     )
-
-__all__ = [
-    "HEADING_TIME",
-    "SESSION_ID_RE",
-    "ParsedExchange",
-    "Part",
-    "Span",
-    "clean_text",
-    "conversation_title",
-    "exchange_block",
-    "exchange_spans",
-    "first_user_titles",
-    "fsync_dir",
-    "heading_time",
-    "index_view",
-    "iso",
-    "label",
-    "lines_of",
-    "parse_exchange_title",
-    "parse_summary_title",
-    "parse_transcript",
-    "parts_block",
-    "read_front_matter",
-    "read_lines",
-    "read_transcript",
-    "remove_exchanges",
-    "render_summary",
-    "replace_file",
-    "retitle",
-    "shape_body",
-    "span_text",
-    "split_front_matter",
-    "transcript_span",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "edit": (
-            "Span",
-            "exchange_spans",
-            "first_user_titles",
-            "remove_exchanges",
-            "replace_file",
-            "retitle",
-        ),
-        "lines": ("lines_of", "read_lines"),
-        "overflow": ("index_view",),
-        "summary": (
-            "parse_summary_title",
-            "read_front_matter",
-            "render_summary",
-            "shape_body",
-            "span_text",
-            "split_front_matter",
-            "transcript_span",
-        ),
-        "transcript": (
-            "HEADING_TIME",
-            "ParsedExchange",
-            "Part",
-            "SESSION_ID_RE",
-            "clean_text",
-            "conversation_title",
-            "exchange_block",
-            "fsync_dir",
-            "heading_time",
-            "iso",
-            "label",
-            "parse_exchange_title",
-            "parse_transcript",
-            "parts_block",
-            "read_transcript",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

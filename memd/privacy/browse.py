@@ -64,27 +64,7 @@ def list_conversations(
             text = path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
             continue
-        lines = text.split("\n")
-        by_conv: dict[int, list[Span]] = {}
-        for span in exchange_spans(text):
-            by_conv.setdefault(span.conversation, []).append(span)
-        convs = []
-        for number in sorted(by_conv, reverse=True):
-            spans = by_conv[number]
-            times = [x.when for x in spans]
-            if not any(in_range(t, after, before) for t in times):
-                continue
-            convs.append(
-                {
-                    "number": number,
-                    "conversation_id": conv_ids.get((sid, number)),
-                    "title": next((x.title for x in spans if x.title), ""),
-                    "first": _iso(min(times)),
-                    "last": _iso(max(times)),
-                    "exchanges": len(spans),
-                    "chars": sum(len(line) + 1 for x in spans for line in lines[x.start : x.end]),
-                }
-            )
+        convs = _conversations(text, sid, conv_ids, after, before)
         if convs:
             out.append(
                 {
@@ -96,6 +76,38 @@ def list_conversations(
                 }
             )
     return out
+
+
+def _conversations(
+    text: str,
+    sid: str,
+    conv_ids: ConvIds,
+    after: datetime | None,
+    before: datetime | None,
+) -> list[dict[str, Any]]:
+    """A transcript's conversations newest first, those with an exchange in [after, before)."""
+    lines = text.split("\n")
+    by_conv: dict[int, list[Span]] = {}
+    for span in exchange_spans(text):
+        by_conv.setdefault(span.conversation, []).append(span)
+    convs = []
+    for number in sorted(by_conv, reverse=True):
+        spans = by_conv[number]
+        times = [x.when for x in spans]
+        if not any(in_range(t, after, before) for t in times):
+            continue
+        convs.append(
+            {
+                "number": number,
+                "conversation_id": conv_ids.get((sid, number)),
+                "title": next((x.title for x in spans if x.title), ""),
+                "first": _iso(min(times)),
+                "last": _iso(max(times)),
+                "exchanges": len(spans),
+                "chars": sum(len(line) + 1 for x in spans for line in lines[x.start : x.end]),
+            }
+        )
+    return convs
 
 
 def _exchange(x: ParsedExchange, text_offset: int, text_limit: int) -> dict[str, Any]:
@@ -144,18 +156,7 @@ def read_conversation(
     if path is None or text is None:
         raise NotFound(f"no session {session_id!r}", data={"session_id": session_id})
     spans = [s for s in exchange_spans(text) if s.conversation == number]
-    if not spans:
-        raise NotFound(
-            f"no conversation {number} in session {session_id}", data={"conversation": number}
-        )
-    if around is not None:
-        index = next((i for i, x in enumerate(spans) if x.exchange == around), None)
-        if index is None:
-            raise NotFound(
-                f"no exchange {around} in conversation {number} of session {session_id}",
-                data={"exchange": around},
-            )
-        offset = index // limit * limit
+    offset = _page_start(spans, session_id, number, offset, limit, around)
     lines = text.split("\n")
     page = [_parsed(lines[s.start : s.end]) for s in spans[offset : offset + limit]]
     return {
@@ -170,6 +171,25 @@ def read_conversation(
         "offset": offset,
         "exchanges": [_exchange(x, text_offset, text_limit) for x in page],
     }
+
+
+def _page_start(
+    spans: list[Span], session_id: str, number: int, offset: int, limit: int, around: int | None
+) -> int:
+    """The page's first exchange: `offset`, or the page of `limit` that holds `around`."""
+    if not spans:
+        raise NotFound(
+            f"no conversation {number} in session {session_id}", data={"conversation": number}
+        )
+    if around is None:
+        return offset
+    index = next((i for i, x in enumerate(spans) if x.exchange == around), None)
+    if index is None:
+        raise NotFound(
+            f"no exchange {around} in conversation {number} of session {session_id}",
+            data={"exchange": around},
+        )
+    return index // limit * limit
 
 
 def _parsed(lines: list[str]) -> ParsedExchange:

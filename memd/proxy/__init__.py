@@ -13,15 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.proxy.cli import add_parsers
     from memd.proxy.service import ProxyServer, ProxyService
-
-__all__ = ["ProxyServer", "ProxyService", "add_parsers"]
-
-__getattr__ = public_face(
-    __name__,
-    {"cli": ("add_parsers",), "service": ("ProxyServer", "ProxyService")},
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.redaction.patterns import KINDS
     from memd.redaction.residue import truncate_wal
     from memd.redaction.scrub import PRIVATE_MARKER, Scrubbed, Scrubber, marker
-
-__all__ = ["KINDS", "PRIVATE_MARKER", "Scrubbed", "Scrubber", "marker", "truncate_wal"]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "patterns": ("KINDS",),
-        "residue": ("truncate_wal",),
-        "scrub": ("PRIVATE_MARKER", "Scrubbed", "Scrubber", "marker"),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

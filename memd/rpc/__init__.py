@@ -5,30 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.rpc.protocol import JsonParams, Params, Registry
     from memd.rpc.server import RpcServer
     from memd.rpc.unix_socket import SocketSetupError
-
-__all__ = [
-    "JsonParams",
-    "Params",
-    "Registry",
-    "RpcServer",
-    "SocketSetupError",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "protocol": (
-            "JsonParams",
-            "Params",
-            "Registry",
-        ),
-        "server": ("RpcServer",),
-        "unix_socket": ("SocketSetupError",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

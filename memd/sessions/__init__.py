@@ -4,26 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.sessions.events import Hook, SessionEvent, SessionInfo
     from memd.sessions.states import SessionState
     from memd.sessions.tracker import ClientSessions
-
-__all__ = [
-    "ClientSessions",
-    "Hook",
-    "SessionEvent",
-    "SessionInfo",
-    "SessionState",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "events": ("Hook", "SessionEvent", "SessionInfo"),
-        "states": ("SessionState",),
-        "tracker": ("ClientSessions",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -17,42 +17,29 @@ whose conversation and number are already in it is a duplicate too.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from memd.errors import ExchangeConflict, InvalidParams
 from memd.layout import ClientLayout
 from memd.markdown import SESSION_ID_RE, Part, read_transcript, transcript
 from memd.redaction import Scrubber
 from memd.sessions import chat, exchange_keys, scrubbing
-from memd.sessions.book import COMPACTED, ENDED, Op, SessionBook, title_of
+from memd.sessions.book import COMPACTED, ENDED, Op, title_of
+from memd.sessions.core import SessionCore
 from memd.sessions.store import Session
 
-T = TypeVar("T")
 Coordinates = set[tuple[int, int]]  # (conversation number, exchange number) in a transcript
 
 
-class Importing:
-    """import_exchanges; ClientSessions provides the state, the lock and the writer."""
+class Importer:
+    """import_exchanges over one client's SessionCore; a part of ClientSessions."""
 
-    layout: ClientLayout
-    _book: SessionBook
-    _deciding: Any  # asyncio.Lock
-    _index_chars: int | None
-    scrubber: Scrubber
-    _seal_key: bytes
-    _seen: tuple[str, Coordinates] | None = None  # one session's coordinates, read last
-
-    async def _wait_ready(self) -> None:
-        raise NotImplementedError
-
-    def _enqueue(self, op: Op, *, wait_hooks: bool = False) -> Awaitable[None]:
-        raise NotImplementedError
-
-    async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
+    def __init__(self, core: SessionCore) -> None:
+        self._core = core
+        self._seen: tuple[str, Coordinates] | None = None  # one session's coordinates, read last
 
     async def import_exchanges(
         self,
@@ -67,23 +54,24 @@ class Importing:
         chat.check_conversation_id(conversation_id)
         if session_id is not None and not SESSION_ID_RE.match(session_id):
             raise InvalidParams("session_id is not a memd session id", data={"param": "session_id"})
-        items = [_item(raw, i, self.scrubber, self._seal_key) for i, raw in enumerate(exchanges)]
+        core = self._core
+        items = [_item(raw, i, core.scrubber, core.seal_key) for i, raw in enumerate(exchanges)]
         if title is not None:  # scrubbed like the texts: a title is stored and shown too
-            title = self.scrubber.scrub(title, private=True).text
+            title = core.scrubber.scrub(title, private=True).text
         present = [await self._present(session_id, item.origin) for item in items]
         pending: list[Awaitable[None]] = []
         results: list[dict[str, Any]] = []
-        async with self._deciding:
-            await self._wait_ready()
+        async with core.deciding:
+            await core.wait_ready()
             op = Op()
             for item, there in zip(items, present, strict=True):
                 result, sess = self._decide(op, conversation_id, item, there, session_id, title)
                 if sess is not None and op.session is not None and op.session is not sess:
-                    pending.append(self._enqueue(op))  # one transcript per change
+                    pending.append(core.enqueue(op))  # one transcript per change
                     op = Op()
                     result, _ = self._decide(op, conversation_id, item, there, session_id, title)
                 results.append(result)
-            pending.append(self._enqueue(op))  # also the barrier for duplicates' first calls
+            pending.append(core.enqueue(op))  # also the barrier for duplicates' first calls
         for done in pending:
             await done
         return results
@@ -98,13 +86,13 @@ class Importing:
         title: str | None,
     ) -> tuple[dict[str, Any], Session | None]:
         """One exchange's fate (under the decision lock); the session it was written to."""
-        book = self._book
+        book = self._core.book
         conv = book.by_external.get(conversation_id)
         seen = book.keys.get(conv.key, item.key) if conv is not None else None
         if seen is not None:
             try:
                 return exchange_keys.replay(
-                    seen, item.digest, conversation_id, item.key, self.layout
+                    seen, item.digest, conversation_id, item.key, self._core.layout
                 ), None
             except ExchangeConflict as exc:
                 return {"error": {"kind": "exchange_conflict", "message": str(exc)}}, None
@@ -122,22 +110,25 @@ class Importing:
         return {
             "session_id": sid,
             "conversation": None,
-            "path": str(self.layout.session_file(sid)) if sid else "",
+            "path": str(self._core.layout.session_file(sid)) if sid else "",
             "duplicate": why == "duplicate",
             "skipped": why,
         }
 
     async def _present(self, session_id: str | None, origin: tuple[int, int] | None) -> bool:
         """Whether the named session here already holds the exchange at `origin`."""
-        if session_id is None or origin is None or session_id not in self._book.sessions:
+        if session_id is None or origin is None or session_id not in self._core.book.sessions:
             return False
         if self._seen is None or self._seen[0] != session_id:
-            self._seen = (session_id, await self._cpu(True, _coordinates, self.layout, session_id))
+            self._seen = (
+                session_id,
+                await self._core.cpu(True, _coordinates, self._core.layout, session_id),
+            )
         return origin in self._seen[1]
 
     def _import_session(self, session_id: str | None, conv: Any, when: datetime) -> Session:
         """The session this exchange goes to: named, its conversation's, or a new ended one."""
-        book = self._book
+        book = self._core.book
         sid = session_id or (conv.session_id if conv is not None else None)
         sess = book.sessions.get(sid) if sid else None
         if sess is not None:
@@ -152,9 +143,9 @@ class Importing:
         return sess
 
     def _taken(self, sid: str) -> bool:
-        layout = self.layout
+        layout = self._core.layout
         return (
-            sid in self._book.sessions
+            sid in self._core.book.sessions
             or layout.session_file(sid).exists()
             or layout.archive_file(sid).exists()
         )
@@ -163,7 +154,7 @@ class Importing:
         self, op: Op, sess: Session, conversation_id: str, item: _Item, title: str | None
     ) -> dict[str, Any]:
         """Decide one past exchange into `sess` and `op` (under the decision lock)."""
-        book, when = self._book, item.when
+        book, when = self._core.book, item.when
         stamp = when.timestamp()
         conv = book.by_external.get(conversation_id)
         if conv is None:
@@ -172,7 +163,11 @@ class Importing:
         header = book.header_if_due(sess, conv, when)
         conv.exchanges += 1
         block = transcript.exchange_block(
-            conv.exchanges, when, item.parts, title=conv.title or "", index_chars=self._index_chars
+            conv.exchanges,
+            when,
+            item.parts,
+            title=conv.title or "",
+            index_chars=self._core.index_chars,
         )
         op.keys.append(book.keys.add(conv.key, item.key, item.digest, sess.session_id, conv.number))
         op.redacted.update(item.redacted)
@@ -184,7 +179,7 @@ class Importing:
         return {
             "session_id": sess.session_id,
             "conversation": conv.number,
-            "path": str(self.layout.session_file(sess.session_id)),
+            "path": str(self._core.layout.session_file(sess.session_id)),
             "duplicate": False,
             "redacted": sum(item.redacted.values()),
         }

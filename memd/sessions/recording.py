@@ -1,6 +1,6 @@
 """Record calls: how `record_exchange` and `record_chat` decide, and where their work runs.
 
-`Recording` is the part of `ClientSessions` (memd.sessions.tracker) that turns a record
+`Recorder` is the part of `ClientSessions` (memd.sessions.tracker) that turns a record
 call into a decided, queued change. It decides under the client's decision lock and
 queues before letting go, so changes commit in decision order; callers wait for the
 group commit after the lock is released. The CPU-heavy part of a big request (over
@@ -8,7 +8,7 @@ OFFLOAD_MESSAGES messages or OFFLOAD_CHARS characters: hashing, matching a long 
 against the prefix index, rendering) runs in the client's worker thread meanwhile, so
 the event loop serves every other client; a `record_chat` of 150k messages had held it
 for 12-24 s. A failed write voids the state while such a step runs: the step notices
-(`_Stale`) and the call decides again on the reloaded state.
+(`Stale`) and the call decides again on the reloaded state.
 
 While `memory.forget` rewrites the client's files (`ClientSessions.erase`, seconds for a
 long chat), record calls are refused at once with `busy` (a retry hint in its data)
@@ -20,69 +20,38 @@ first (the rewrite waits for it).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from memd.errors import Busy
-from memd.layout import ClientLayout
 from memd.markdown import Part, transcript
 from memd.redaction import Scrubbed, Scrubber
 from memd.sessions import chat, exchange_keys, scrubbing, sealing
-from memd.sessions.book import ACTIVE, Op, SessionBook, title_of
-from memd.sessions.committer import Committer
+from memd.sessions.book import ACTIVE, Op, title_of
+from memd.sessions.core import SessionCore, Stale
 from memd.sessions.exchange_keys import Recorded
-from memd.sessions.store import Change, Conv, Session, StateStore
+from memd.sessions.store import Change, Conv, Session
 
 T = TypeVar("T")
 OFFLOAD_MESSAGES = 256  # hash, match and render bigger requests in a thread, off the loop
 # Clean and escape bigger exchanges in a thread: 7.5 MiB held the event loop for 0.8 s.
 OFFLOAD_CHARS = 256 * 1024
-RETRY_AFTER = 1.0  # seconds: the hint a record refused during a rewrite gets
+# The line a chat call's new exchanges are noted with, by how they join the conversation.
+_NOTES = {
+    "regenerated": "regenerated reply to exchange {ref}",
+    "edited": "edited, branches after exchange {ref}",
+    "branch": "branch after exchange {ref}",
+}
 
 
-class _Stale(Exception):
-    """The state was voided (a failed write reloads it) while a decision was in a thread."""
+class Recorder:
+    """record_exchange and record_chat over one client's SessionCore; a part of
+    ClientSessions, which hands it the core and its `reopen` (memd.sessions.tracker)."""
 
-
-class Recording:
-    """record_exchange and record_chat; ClientSessions provides the state and the rest."""
-
-    layout: ClientLayout
-    _book: SessionBook
-    _committer: Committer
-    _deciding: asyncio.Lock
-    _generation: int
-    _ready: asyncio.Event
-    _hashing: ThreadPoolExecutor | None
-    _index_chars: int | None
-    _clock: Callable[[], float]
-    scrubber: Scrubber
-    _seal_key: bytes
-    _disk: StateStore
-    _rewriting: int  # rewrites (forget's erase, resync) running or waiting for the lock
-    client_id: str
-
-    def _refuse_while_rewriting(self) -> None:
-        """Fail fast with `busy` while a rewrite holds or awaits the decision lock."""
-        if self._rewriting:
-            raise Busy(
-                f"memd is forgetting from the memory of client {self.client_id!r}; nothing "
-                f"was recorded, retry in {RETRY_AFTER:g} s",
-                data={"retry_after": RETRY_AFTER, "client_id": self.client_id},
-            )
-
-    async def _wait_ready(self) -> None:
-        raise NotImplementedError
-
-    async def _reopen(self, conv: Conv) -> None:
-        raise NotImplementedError
-
-    def _enqueue(self, op: Op, *, wait_hooks: bool = False) -> Awaitable[None]:
-        raise NotImplementedError
+    def __init__(self, core: SessionCore, reopen: Callable[[Conv], Awaitable[None]]) -> None:
+        self._core = core
+        self._reopen = reopen
 
     async def record_exchange(
         self,
@@ -98,27 +67,19 @@ class Recording:
         """
         chat.check_conversation_id(conversation_id)
         key = exchange_keys.check_exchange_id(exchange_id)
-        big = isinstance(user, str) and isinstance(assistant, str)
-        big = big and len(user) + len(assistant) > OFFLOAD_CHARS
-        parts, body, redacted = await self._cpu(
-            big, _exchange_parts, self.scrubber, user, assistant, self._index_chars
-        )
+        parts, body, redacted, digest = await self._exchange_input(user, assistant, key)
         when = chat.parse_timestamp(timestamp)
-        digest = (
-            exchange_keys.digest(parts[0].text, parts[1].text, self._seal_key)
-            if key is not None
-            else b""
-        )
+        core = self._core
         while True:
-            self._refuse_while_rewriting()
-            async with self._deciding:
-                await self._wait_ready()
-                book = self._book
+            core.refuse_while_rewriting()
+            async with core.deciding:
+                await core.wait_ready()
+                book = core.book
                 conv = book.by_external.get(conversation_id)
                 if key is not None and self._recorded(conversation_id, key) is not None:
-                    barrier = self._committer.enqueue(Change(), [])
+                    barrier = core.committer.enqueue(Change(), [])
                 else:
-                    now, op = self._clock(), Op()
+                    now, op = core.clock(), Op()
                     sess = book.target(conv, now, op)
                     if sess is not None:
                         op.redacted.update(redacted)
@@ -134,9 +95,29 @@ class Recording:
             assert key is not None
             await barrier  # its first call is on disk
             if (seen := self._recorded(conversation_id, key)) is not None:
-                return exchange_keys.replay(seen, digest, conversation_id, key, self.layout)
+                return exchange_keys.replay(seen, digest, conversation_id, key, core.layout)
             # its first call failed after all: decide again
         return await pending
+
+    async def _exchange_input(
+        self, user: Any, assistant: Any, key: str | None
+    ) -> tuple[list[Part], str, Counter[str], bytes]:
+        """The exchange's parts, markdown and redactions (in the worker thread when big),
+        and the digest its `exchange_id` is kept with (b"" without one)."""
+        core = self._core
+        big = isinstance(user, str) and isinstance(assistant, str)
+        big = big and len(user) + len(assistant) > OFFLOAD_CHARS
+        parts, body, redacted = await core.cpu(
+            big, _exchange_parts, core.scrubber, user, assistant, core.index_chars
+        )
+        if key is None:
+            return parts, body, redacted, b""
+        return (
+            parts,
+            body,
+            redacted,
+            exchange_keys.digest(parts[0].text, parts[1].text, core.seal_key),
+        )
 
     def _write_exchange(
         self,
@@ -152,7 +133,7 @@ class Recording:
         now: float,
     ) -> Awaitable[dict[str, Any]]:
         """Decide and queue one exchange (under the decision lock); await for its answer."""
-        book = self._book
+        book = self._core.book
         if conv is None:
             conv = book.by_external[conversation_id] = book.new_conv("mcp", conversation_id)
             conv.title = title_of(parts[0].text)
@@ -168,20 +149,17 @@ class Recording:
         result = {
             "session_id": sess.session_id,
             "conversation": conv.number,
-            "path": str(self.layout.session_file(sess.session_id)),
+            "path": str(self._core.layout.session_file(sess.session_id)),
             "duplicate": False,
             "redacted": sum(op.redacted.values()),
         }
-        return _then(self._enqueue(op), result)
-
-    def redaction_counts(self) -> dict[str, int]:
-        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
-        return dict(self._disk.redacted)
+        return _then(self._core.enqueue(op), result)
 
     def _recorded(self, conversation_id: str, key: str) -> Recorded | None:
         """What the first call with this key recorded (maybe not on disk yet), or None."""
-        conv = self._book.by_external.get(conversation_id)
-        return self._book.keys.get(conv.key, key) if conv is not None else None
+        book = self._core.book
+        conv = book.by_external.get(conversation_id)
+        return book.keys.get(conv.key, key) if conv is not None else None
 
     async def record_chat(
         self, messages: Any, response: Any, timestamp: Any = None, after: Any = None
@@ -193,21 +171,21 @@ class Recording:
         when = chat.parse_timestamp(timestamp)
         base = chat.parse_after(after)
         many = isinstance(messages, list) and len(messages) > OFFLOAD_MESSAGES
-        msgs, resp, hashes, size, seen, head = await self._cpu(
-            many, _prepare, self.scrubber, self._seal_key, messages, response, base
+        msgs, resp, hashes, size, seen, head = await self._core.cpu(
+            many, _prepare, self._core.scrubber, self._core.seal_key, messages, response, base
         )
-        key = self._seal_key
+        core, key = self._core, self._core.seal_key
         sealed_base = sealing.seal(key, sealing.unmask(key, base)) if base is not None else None
         big = len(msgs) > OFFLOAD_MESSAGES or size > OFFLOAD_CHARS
         while True:
-            self._refuse_while_rewriting()
-            async with self._deciding:
-                await self._wait_ready()
+            core.refuse_while_rewriting()
+            async with core.deciding:
+                await core.wait_ready()
                 try:
                     pending = await self._decide_chat(
                         msgs, resp, hashes, when, big, (sealed_base, head, seen)
                     )
-                except _Stale:
+                except Stale:
                     continue
             if isinstance(pending, Conv):
                 await self._reopen(pending)
@@ -226,12 +204,12 @@ class Recording:
         """Decide and queue one chat call (under the decision lock): its answer to await,
         or the conversation whose session must be reopened first. `at`: the sealed hash the
         call chains on from (`after`), the masked head to answer, what was redacted."""
-        book, generation = self._book, self._generation
-        base, head, seen = at
-        k, kind, key, ref = await self._cpu_fresh(
+        core, (base, head, seen) = self._core, at
+        book, generation = core.book, core.generation
+        k, kind, key, ref = await core.cpu_fresh(
             generation, big, book.index.classify, msgs, hashes, base
         )
-        now, op = self._clock(), Op()
+        now, op = core.clock(), Op()
         conv = book.convs[key] if key is not None else None
         if kind == "duplicate":
             assert conv is not None
@@ -245,13 +223,9 @@ class Recording:
         stamp = when or _dt(now)
         header = book.header_if_due(sess, conv, stamp)
         new = [*msgs[k:], resp]
-        note = {
-            "regenerated": f"regenerated reply to exchange {ref}",
-            "edited": f"edited, branches after exchange {ref}",
-            "branch": f"branch after exchange {ref}",
-        }.get(kind, "")
+        note = _NOTES.get(kind, "").format(ref=ref)
         join_open = kind == "continuation" and not header and ref == conv.exchanges
-        rendered = await self._cpu_fresh(
+        rendered = await core.cpu_fresh(
             generation,
             big,
             _render_chat,
@@ -259,23 +233,23 @@ class Recording:
             conv,
             msgs if conv.title is None else None,
             chat.RenderPlan(new, conv.exchanges, stamp, note, kind == "new", join_open),
-            self._index_chars,
+            core.index_chars,
         )
         text, op.nodes, conv.title, conv.exchanges = rendered
-        for outcome in seen[k:]:  # what this call writes: the new messages and the reply
-            if outcome is not None:
-                op.redacted.update(outcome.kinds)
+        for outcome in filter(None, seen[k:]):  # what this call writes: new messages, reply
+            op.redacted.update(outcome.kinds)
         book.append(op, sess, conv, now, header + text)
         result = self._chat_result(conv, kind, len(new), head)
         result["redacted"] = sum(op.redacted.values())
-        return _then(self._enqueue(op), result)
+        return _then(core.enqueue(op), result)
 
     def _duplicate(self, conv: Conv, now: float, op: Op, head: bytes) -> Awaitable[dict[str, Any]]:
         """A retried call: nothing is written; it only counts as activity of a live session."""
-        sess = self._book.sessions.get(conv.session_id or "")
-        if sess is not None and sess.state == ACTIVE and not self._book.end_if_due(sess, now, op):
-            self._book.touch(op, sess, conv, now)
-        return _then(self._enqueue(op), self._chat_result(conv, "duplicate", 0, head))
+        book = self._core.book
+        sess = book.sessions.get(conv.session_id or "")
+        if sess is not None and sess.state == ACTIVE and not book.end_if_due(sess, now, op):
+            book.touch(op, sess, conv, now)
+        return _then(self._core.enqueue(op), self._chat_result(conv, "duplicate", 0, head))
 
     def _chat_result(self, conv: Conv, kind: str, appended: int, head: bytes) -> dict[str, Any]:
         sid = conv.session_id or ""
@@ -285,31 +259,10 @@ class Recording:
             "new_conversation": kind == "new",
             "appended": appended,
             "match": kind,
-            "path": str(self.layout.session_file(sid)) if sid else "",
+            "path": str(self._core.layout.session_file(sid)) if sid else "",
             "head": head.hex(),  # what a later call's `after` names to continue from here
             "redacted": 0,
         }
-
-    async def _cpu(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in this client's worker thread when the input is big, else here."""
-        if not big or self._hashing is None:
-            return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._hashing, fn, *args)
-
-    async def _cpu_fresh(self, generation: int, big: bool, fn: Callable[..., T], *args: Any) -> T:
-        """`_cpu` within a decision: raises _Stale if the state was voided meanwhile."""
-        try:
-            result = await self._cpu(big, fn, *args)
-        except Exception:
-            if self._stale(generation):
-                raise _Stale from None  # e.g. the old index's reader was closed under it
-            raise
-        if self._stale(generation):
-            raise _Stale
-        return result
-
-    def _stale(self, generation: int) -> bool:
-        return generation != self._generation or not self._ready.is_set()
 
 
 async def _then(done: Awaitable[None], result: T) -> T:

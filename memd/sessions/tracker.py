@@ -40,13 +40,10 @@ batch. See `memd.sessions.store` for what recovery does after kill -9.
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -55,20 +52,21 @@ from memd.errors import StorageError
 from memd.layout import ClientLayout
 from memd.redaction import Scrubber
 from memd.sessions import chat, rescrub
-from memd.sessions.book import ACTIVE, Op, SessionBook
-from memd.sessions.committer import Committer, maybe_await
+from memd.sessions.book import ACTIVE, Op
+from memd.sessions.committer import maybe_await
+from memd.sessions.core import SessionCore
 from memd.sessions.erase import Erased, erase
 from memd.sessions.events import EventKind, Hook, SessionInfo
-from memd.sessions.importing import Importing
-from memd.sessions.recording import OFFLOAD_CHARS, OFFLOAD_MESSAGES, Recording
-from memd.sessions.store import Change, Conv, Session, StateStore
+from memd.sessions.importing import Importer
+from memd.sessions.recording import OFFLOAD_CHARS, OFFLOAD_MESSAGES, Recorder
+from memd.sessions.store import Change, Conv, Session
 
 log = structlog.get_logger()
 
 __all__ = ["OFFLOAD_CHARS", "OFFLOAD_MESSAGES", "ClientSessions"]
 
 
-class ClientSessions(Recording, Importing):
+class ClientSessions:
     """Sessions and conversations of one client. Use `async with` or open()/close().
 
     All methods are coroutines for the daemon's event loop; file and sqlite work runs in
@@ -96,49 +94,49 @@ class ClientSessions(Recording, Importing):
         scrubber: Scrubber | None = None,
     ) -> None:
         self.layout = layout
-        self.scrubber = scrubber or Scrubber()  # the daemon's, from [privacy]; set on reload
-        self._seal_key = b""  # the client's hash key, read with the state
-        self._index_capacity = index_capacity  # nodes, and exchange keys, kept in memory
         self.client_id = layout.client_id
         self.on_end: list[Hook] = list(on_end)
         self.on_resume: list[Hook] = list(on_resume)
         self.on_restore: list[Hook] = list(on_restore)
-        self._clock = clock
-        self._book = SessionBook(layout)
+        self._core = SessionCore(
+            layout,
+            clock=clock,
+            hooks=self._hooks,
+            index_capacity=index_capacity,
+            scrubber=scrubber or Scrubber(),
+        )
         self.set_limits(inactivity_minutes, max_minutes, index_exchange_chars)
-        self._disk = StateStore(layout)
-        self._committer = Committer(self._disk, self.client_id, self._hooks, self._after_failure)
+        self._recorder = Recorder(self._core, self._reopen)
+        self._importer = Importer(self._core)
         self._reopening: dict[str, asyncio.Future[None]] = {}
-        self._deciding = asyncio.Lock()  # held while a call decides and queues its change
-        self._generation = 0  # counts reloads: a decision spanning one decides again
-        self._rewriting = 0  # record calls get `busy` while > 0 (memd.sessions.recording)
-        self._ready = asyncio.Event()
-        # Set when reloading the state after a failed write failed too (disk read-only,
-        # full): calls fail fast with StorageError and the next call tries the reload again.
-        self._broken: Exception | None = None
-        self._reload_lock = asyncio.Lock()
-        # This client's own worker thread (started by open(), stopped by close()): the
-        # loop's default executor also runs recall searches, which can all be stuck on a
-        # hung index server for their whole timeout.
-        self._hashing: ThreadPoolExecutor | None = None
+
+    @property
+    def scrubber(self) -> Scrubber:
+        """The daemon's scrubber, from [privacy]; a config reload sets a new one."""
+        return self._core.scrubber
+
+    @scrubber.setter
+    def scrubber(self, scrubber: Scrubber) -> None:
+        self._core.scrubber = scrubber
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def open(self) -> ClientSessions:
-        self._hashing = ThreadPoolExecutor(1, thread_name_prefix=f"memd-hash-{self.client_id}")
-        self._committer.start()
+        core = self._core
+        core.hashing = ThreadPoolExecutor(1, thread_name_prefix=f"memd-hash-{self.client_id}")
+        core.committer.start()
         try:
-            await self._reload()
+            await core.reload()
         except BaseException:
-            await self._committer.close()
+            await core.committer.close()
             raise
         return self
 
     async def close(self) -> None:
         """Finish queued writes and hooks, then release files and the database."""
-        await self._committer.close()
-        if self._hashing is not None:
-            self._hashing.shutdown(wait=False)
+        await self._core.committer.close()
+        if self._core.hashing is not None:
+            self._core.hashing.shutdown(wait=False)
 
     async def __aenter__(self) -> ClientSessions:
         return await self.open()
@@ -158,10 +156,44 @@ class ClientSessions(Recording, Importing):
             raise ValueError("session limits must be positive minutes")
         if index_exchange_chars is not None and index_exchange_chars < 1:
             raise ValueError("index_exchange_chars must be positive (None: no bound)")
-        self._inactivity = float(inactivity_minutes) * 60.0
-        self._max = float(max_minutes) * 60.0
-        self._index_chars = index_exchange_chars
-        self._book.inactivity, self._book.max_duration = self._inactivity, self._max
+        self._core.set_limits(
+            float(inactivity_minutes) * 60.0, float(max_minutes) * 60.0, index_exchange_chars
+        )
+
+    # --- record calls (memd.sessions.recording, memd.sessions.importing) -----------------
+
+    async def record_exchange(
+        self,
+        conversation_id: Any,
+        user: Any,
+        assistant: Any,
+        timestamp: Any = None,
+        exchange_id: Any = None,
+    ) -> dict[str, Any]:
+        """mcp_via_llm: append one exchange to a conversation (Recorder.record_exchange)."""
+        return await self._recorder.record_exchange(
+            conversation_id, user, assistant, timestamp, exchange_id
+        )
+
+    async def record_chat(
+        self, messages: Any, response: Any, timestamp: Any = None, after: Any = None
+    ) -> dict[str, Any]:
+        """both: record an OpenAI chat call (Recorder.record_chat)."""
+        return await self._recorder.record_chat(messages, response, timestamp, after)
+
+    async def import_exchanges(
+        self,
+        conversation_id: Any,
+        exchanges: list[Any],
+        session_id: str | None = None,
+        title: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Past exchanges of one conversation, in order (Importer.import_exchanges)."""
+        return await self._importer.import_exchanges(conversation_id, exchanges, session_id, title)
+
+    def redaction_counts(self) -> dict[str, int]:
+        """Secrets redacted on record so far, by kind (what `memd status` shows)."""
+        return dict(self._core.disk.redacted)
 
     # --- resume --------------------------------------------------------------------------
 
@@ -178,14 +210,14 @@ class ClientSessions(Recording, Importing):
             return
         done = self._reopening[sid] = asyncio.get_running_loop().create_future()
         try:
-            await self._committer.submit(Change(), [], wait_hooks=True)
-            sess = self._book.sessions.get(sid)
+            await self._core.committer.submit(Change(), [], wait_hooks=True)
+            sess = self._core.book.sessions.get(sid)
             if sess is None or sess.state == ACTIVE:
                 return
             await self._run_restore_hooks(sess)
-            async with self._deciding:
-                await self._wait_ready()  # a failed write meanwhile reloads the state
-                sess = self._book.sessions.get(sid)
+            async with self._core.deciding:
+                await self._core.wait_ready()  # a failed write meanwhile reloads the state
+                sess = self._core.book.sessions.get(sid)
                 if sess is None or sess.state == ACTIVE:
                     return
                 op = Op(reopen=sid)
@@ -194,15 +226,15 @@ class ClientSessions(Recording, Importing):
                     # Its files were deleted: the file starts afresh, so the next write must
                     # open with its conversation's header again.
                     sess.last_conv = None
-                self._book.resume(sess, self._clock(), op)
-                pending = self._enqueue(op)
+                self._core.book.resume(sess, self._core.clock(), op)
+                pending = self._core.enqueue(op)
             await pending
         finally:
             del self._reopening[sid]
             done.set_result(None)
 
     async def _run_restore_hooks(self, sess: Session) -> None:
-        info = self._book.info(sess)
+        info = self._core.book.info(sess)
         for hook in self.on_restore:
             try:
                 await maybe_await(hook(info))
@@ -219,15 +251,15 @@ class ClientSessions(Recording, Importing):
 
     async def expire(self, now: float | None = None) -> list[dict[str, Any]]:
         """End every active session whose time is up; the monitor calls this periodically."""
-        async with self._deciding:
-            await self._wait_ready()
-            now = self._clock() if now is None else now
+        async with self._core.deciding:
+            await self._core.wait_ready()
+            now = self._core.clock() if now is None else now
             op = Op()
-            for sess in list(self._book.active.values()):
-                self._book.end_if_due(sess, now, op)
+            for sess in list(self._core.book.active.values()):
+                self._core.book.end_if_due(sess, now, op)
             if not op.events:
                 return []
-            pending = self._enqueue(op, wait_hooks=True)
+            pending = self._core.enqueue(op, wait_hooks=True)
         await pending
         return [_row(info) for info in op.ended()]
 
@@ -236,10 +268,10 @@ class ClientSessions(Recording, Importing):
 
         The current session comes first, then the resumed ones, oldest first.
         """
-        async with self._deciding:
-            await self._wait_ready()
-            at = self._clock() if now is None else now
-            op, book = Op(), self._book
+        async with self._core.deciding:
+            await self._core.wait_ready()
+            at = self._core.clock() if now is None else now
+            op, book = Op(), self._core.book
             for sess in sorted(
                 book.active.values(), key=lambda s: (s is not book.current, s.started)
             ):
@@ -247,30 +279,30 @@ class ClientSessions(Recording, Importing):
                 book.end(sess, max(at, sess.last_activity), "closed", op)
             if not op.events:
                 return []
-            pending = self._enqueue(op, wait_hooks=True)
+            pending = self._core.enqueue(op, wait_hooks=True)
         await pending
         return [_row(info) for info in op.ended()]
 
     async def mark_compacted(self, session_id: str) -> None:
         """Compaction moved this ended session's transcript to archive/."""
-        async with self._deciding:
-            await self._wait_ready()
+        async with self._core.deciding:
+            await self._core.wait_ready()
             op = Op()
-            self._book.compacted(session_id, op)
-            pending = self._enqueue(op)
+            self._core.book.compacted(session_id, op)
+            pending = self._core.enqueue(op)
         await pending
 
     async def list_sessions(self) -> list[dict[str, Any]]:
         """Every session of this client, oldest first (ties in the order they started)."""
-        await self._wait_ready()
-        book = self._book
+        await self._core.wait_ready()
+        book = self._core.book
         return [_row(book.info(s)) for s in sorted(book.sessions.values(), key=lambda s: s.started)]
 
     def conversation_ids(self) -> dict[tuple[str, int], str]:
         """(session_id, conversation number) -> MCP conversation id, for every mcp one."""
         return {
             (c.session_id, c.number): c.external_id
-            for c in self._book.by_external.values()
+            for c in self._core.book.by_external.values()
             if c.session_id is not None and c.external_id is not None
         }
 
@@ -283,7 +315,7 @@ class ClientSessions(Recording, Importing):
         was decided before is committed first, and memory is rebuilt from the state
         afterwards.
         """
-        return await self._paused(erase, self._disk, cuts, files_lock)
+        return await self._core.paused(erase, self._core.disk, cuts, files_lock)
 
     async def redact(
         self, only: Sequence[str] | None, dry_run: bool, files_lock: threading.Lock | None
@@ -291,117 +323,32 @@ class ClientSessions(Recording, Importing):
         """`memd redact` (memd.sessions.rescrub): a real one pauses records like `erase`."""
         if dry_run:
             return (await asyncio.to_thread(rescrub.scan, self.layout, self.scrubber, only)).row()
-        found = await self._paused(rescrub.rescrub, self._disk, self.scrubber, only, files_lock)
+        found = await self._core.paused(
+            rescrub.rescrub, self._core.disk, self.scrubber, only, files_lock
+        )
         return found.row()
 
     async def resync(self) -> None:
         """Read the state again after files moved behind its back (a summary dropped, a
         transcript brought back from archive/): each session's state follows its file."""
-        await self._paused(None)
-
-    async def _paused(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
-        """Run `fn` in the IO thread with the state closed; record calls arriving
-        meanwhile get `busy` rather than wait (calls already queued for the lock go first)."""
-        self._rewriting += 1
-        try:
-            async with self._deciding:
-                await self._wait_ready()
-                self._ready.clear()
-                try:
-                    await self._committer.submit(Change(), [])  # barrier: decided is on disk
-                    return await self._committer.io(fn, *args) if fn is not None else None
-                finally:
-                    await self._committer.io(self._disk.close)
-                    await self._reload()
-        finally:
-            self._rewriting -= 1
+        await self._core.paused(None)
 
     def active_session(self) -> dict[str, Any] | None:
         """The current session (where new conversations go), or None."""
-        current = self._book.current
-        return _row(self._book.info(current)) if current else None
+        current = self._core.book.current
+        return _row(self._core.book.info(current)) if current else None
 
     def active_sessions(self) -> list[dict[str, Any]]:
         """Every active session, the current one and resumed ones, oldest first."""
-        book = self._book
+        book = self._core.book
         return [_row(book.info(s)) for s in sorted(book.active.values(), key=lambda s: s.started)]
 
-    # --- writer, hooks, IO ---------------------------------------------------------------
-
-    def _enqueue(self, op: Op, *, wait_hooks: bool = False) -> Awaitable[None]:
-        """Queue the op's change (in decision order); await: it is on disk (and hooks ran)."""
-        change = self._book.change(op)
-        return self._committer.enqueue(change, op.events, wait_hooks=wait_hooks)
+    # --- hooks --------------------------------------------------------------------------
 
     def _hooks(self, kind: EventKind) -> Sequence[Hook]:
         return self.on_end if kind == "end" else self.on_resume
-
-    async def _after_failure(self, exc: Exception) -> None:
-        """A write failed: what was decided is void; rebuild memory from the committed state.
-
-        If that fails too, the store is marked broken instead of staying unready: calls
-        then fail fast (and retry the reload) rather than wait for ever.
-        """
-        self._ready.clear()
-        self._generation += 1  # a decision in a thread now decides again
-        await self._committer.io(self._disk.close)
-        try:
-            await self._reload()
-        except Exception as reload_exc:
-            self._broken = reload_exc
-            self._ready.set()  # waiters wake up and see the broken store
-            raise
-
-    async def _reload(self) -> None:
-        self._ready.clear()
-        self._generation += 1
-        loaded = await self._committer.io(self._disk.open)
-        book = SessionBook(self.layout)
-        book.inactivity, book.max_duration = self._inactivity, self._max
-        book.load(loaded, self._index_capacity)
-        self._book = book
-        self._seal_key = self._disk.seal_key
-        self._ready.set()
-
-    async def _wait_ready(self) -> None:
-        if not self._committer.running:
-            raise StorageError("session store is not open")
-        await self._ready.wait()
-        if self._broken is not None:
-            await self._retry_reload()
-
-    async def _retry_reload(self) -> None:
-        """One caller at a time tries to reopen the state; the others get its verdict."""
-        async with self._reload_lock:
-            if self._broken is None:
-                return
-            try:
-                # Touch the database only once the disk takes writes again: reopening
-                # sqlite over and over on a failing filesystem gains nothing.
-                await self._committer.io(_probe_writable, self.layout.tmp_dir)
-                await self._committer.io(self._disk.close)
-                await self._reload()
-            except Exception as exc:
-                self._broken = exc
-                self._ready.set()
-                raise StorageError(
-                    f"could not record: the session store cannot be reopened: {exc}"
-                ) from exc
-            self._broken = None
-            log.info("sessions.store_reopened", client=self.client_id)
 
 
 def _row(info: SessionInfo) -> dict[str, Any]:
     """A session's info as the API's JSON row (callers add keys to it, e.g. compaction)."""
     return cast(dict[str, Any], info)
-
-
-def _probe_writable(folder: Path) -> None:
-    """Create, fsync and remove a small file: raises OSError while the disk refuses writes."""
-    fd, name = tempfile.mkstemp(dir=folder, prefix="probe.", suffix=".tmp")
-    try:
-        os.write(fd, b"memd")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-        os.unlink(name)

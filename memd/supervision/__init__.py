@@ -4,24 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.supervision.child import ChildSpec
     from memd.supervision.procs import reap_leftovers
     from memd.supervision.supervisor import Supervisor
-
-__all__ = [
-    "ChildSpec",
-    "Supervisor",
-    "reap_leftovers",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "child": ("ChildSpec",),
-        "procs": ("reap_leftovers",),
-        "supervisor": ("Supervisor",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.ui.cli import add_parsers, services, status_line
     from memd.ui.service import UiServer, UiService
-
-__all__ = ["UiServer", "UiService", "add_parsers", "services", "status_line"]
-
-__getattr__ = public_face(
-    __name__,
-    {"cli": ("add_parsers", "services", "status_line"), "service": ("UiServer", "UiService")},
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         Hit,
         IndexSearcher,
         IndexUnavailableError,
+        Section,
         expand_hit,
         in_range,
     )
@@ -46,6 +47,7 @@ __all__ = [
     "IndexTarget",
     "IndexUnavailableError",
     "Pipelines",
+    "Section",
     "catch_up",
     "collection_name",
     "ensure_dirs",
@@ -85,6 +87,7 @@ __getattr__ = public_face(
             "Hit",
             "IndexSearcher",
             "IndexUnavailableError",
+            "Section",
             "expand_hit",
             "in_range",
         ),

@@ -78,6 +78,7 @@ class Hit:
     start_line: int
     end_line: int
     when: datetime | None = None
+    features: tuple[float, ...] = ()  # what the relevance is computed from (ranking.FEATURES)
 
 
 @dataclass(frozen=True)
@@ -332,6 +333,7 @@ def _hit(row: dict[str, Any]) -> Hit:
         start_line=int(row.get("start_line") or 0),
         end_line=int(row.get("end_line") or 0),
         when=exchange_time(heading),
+        features=tuple(row.get("features") or ()),
     )
 
 

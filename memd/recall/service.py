@@ -30,11 +30,17 @@ import structlog
 
 from memd import trust
 from memd.config import RecallConfig
-from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
+from memd.indexing import Hit, IndexSearcher, IndexUnavailableError
 from memd.layout import ClientLayout
-from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, lines_of
+from memd.markdown import (
+    HEADING_TIME,
+    SESSION_ID_RE,
+    heading_time,
+    lines_of,
+)
 from memd.recall import context
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
+from memd.recall.shown import Neighbours, Shown, dated
 
 log = structlog.get_logger()
 
@@ -99,7 +105,10 @@ async def recall(
     hits = relevant(hits, settings.min_score, settings.drop_below)
     try:
         memories = await asyncio.wait_for(
-            asyncio.to_thread(collect, hits, layout, top_k, settings.follow_questions), timeout
+            asyncio.to_thread(
+                collect, hits, layout, top_k, settings.follow_questions, settings.neighbours
+            ),
+            timeout,
         )
     except TimeoutError:
         raise RecallTimeoutError(
@@ -176,57 +185,63 @@ class RecallLane:
 
 
 def collect(
-    hits: Sequence[Hit], layout: ClientLayout, top_k: int, follow_questions: bool = True
+    hits: Sequence[Hit],
+    layout: ClientLayout,
+    top_k: int,
+    follow_questions: bool = True,
+    neighbours: bool = True,
 ) -> list[Memory]:
     """Expand hits best first into at most `top_k` distinct sections of this client's files.
 
+    No two results share a line, nor show a conversation's title (memd.recall.shown).
     With `follow_questions`, a section that ends by asking a question is followed by the
     user's next message, its likely answer (memd.recall.context), unless that exchange is
-    among the results itself."""
+    among the results itself. With `neighbours`, a hit that did not make the top_k but is
+    the exchange right before or after a result is shown inside that result, clipped
+    (memd.recall.shown.Neighbours): it matched the query too, and beside its neighbour it
+    costs a few hundred characters instead of a result."""
     sessions = layout.sessions.resolve()
     reader = _LineCache()
-    seen: set[tuple[Path, int, int]] = set()
+    shown = Shown()
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
+    near = Neighbours()
     for hit in hits:
-        if len(out) >= top_k:
-            break
         path = contained_path(hit.source, sessions)
         if path is None:
             log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
             continue
-        if not reader.servable(path):
+        if not reader.servable(path) or _is_front_matter_only(hit):
             # Deleted since it was indexed (deleting a file removes it from recall), or not
             # a regular file of memd's uid opened without following a link (memd.trust).
             continue
-        if _is_front_matter_only(hit):
+        section = shown.section(hit, path, sessions, reader.lines(path))
+        if len(out) >= top_k:
+            if neighbours:
+                near.offer(path, section)
             continue
-        section = expand_hit(hit, sessions, reader.lines(path))
-        key = (path, section.start_line, section.end_line)
-        if key in seen:
-            continue
-        seen.add(key)
         content = _strip_front_matter(section.content).strip("\n")
-        if not content.strip():
+        if not content.strip() or not shown.add(path, section.start_line, section.end_line):
             continue
-        focus = max(0, hit.start_line - section.start_line)
-        out.append(
-            Memory(
-                source=describe_source(path, sessions, hit, reader),
-                heading=section.heading,
-                content=content,
-                score=hit.score,
-                chunk_hash=hit.chunk_hash,
-                focus_line=focus,
-            )
-        )
+        content = shown.untitled(hit.heading, content)
         found = (
             context.follow(content, reader.lines(path), section.end_line)
             if follow_questions
             else None
         )
         follows.append((path, found[0] + 1, found[1]) if found else None)
-    return _with_follows(out, follows, {(p, start) for p, start, _ in seen})
+        near.shown(path, section)
+        out.append(
+            Memory(
+                source=describe_source(path, sessions, hit, reader),
+                heading=section.heading,
+                content=dated(content, hit),
+                score=hit.score,
+                chunk_hash=hit.chunk_hash,
+                focus_line=max(0, hit.start_line - section.start_line),
+            )
+        )
+    return near.attach(_with_follows(out, follows, shown.starts()), shown)
 
 
 def _with_follows(

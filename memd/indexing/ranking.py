@@ -42,6 +42,37 @@ RELEVANCE = (3.368, 3.992, -0.178, 4.753, -9.786)  # bench/calibrate.py, bundled
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """How one embedding model's cosines enter the fusion and the relevance.
+
+    `keyword_trust`: the BM25 half is weighed by the share of the query's terms its best
+    hit holds, to this power (0: always fully). When a question shares no content word
+    with its answer ("what can't I eat?" for "I'm allergic to peanuts"), BM25's best is
+    some exchange that shares one common word, and `bm25 / best` still gives it the full
+    weight, burying what the dense half found. A model whose cosine finds paraphrases
+    (MiniLM: dense alone 0.92 hit@3 on bench/paraphrase.py's set, offline) needs the
+    keyword half to step back then; WordLlama's cosine does not earn it (docs/quality.md).
+    `relevance`: the logistic weights of `FEATURES` and the bias, fitted per model (a
+    model's cosines have their own scale)."""
+
+    keyword_trust: float
+    relevance: tuple[float, ...]
+
+
+WORDLLAMA = Tuning(0.0, RELEVANCE)
+# Fitted offline on LoCoMo dev (own and other people's questions) and bench/paraphrase.py's
+# set (paraphrases, controls, never-said questions; weighted 3x), docs/quality.md.
+MINILM = Tuning(2.0, (7.263, 2.963, -2.081, 5.315, -9.62))
+TUNINGS = {"wordllama-l2-256": WORDLLAMA, "all-minilm-l6-v2-int8": MINILM}
+
+
+def tuning(model: str) -> Tuning:
+    """The tuning of a bundled model; WordLlama's for any other (its weights are the
+    ones measured with a BM25-led fusion)."""
+    return TUNINGS.get(model, WORDLLAMA)
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One chunk from either half: its BM25 score (0 when BM25 did not return it) and
     its cosine similarity to the query."""
@@ -52,16 +83,21 @@ class Candidate:
 
 
 def fuse(
-    candidates: Sequence[Candidate], bm25_weight: float, lift: Mapping[str, float] | None = None
+    candidates: Sequence[Candidate],
+    bm25_weight: float,
+    lift: Mapping[str, float] | None = None,
+    trust: float = 1.0,
 ) -> list[tuple[Candidate, float]]:
     """Candidates best first with their fused score (see the module docstring), plus what
-    `lift` adds to some of them (memd.indexing.timing)."""
+    `lift` adds to some of them (memd.indexing.timing); the BM25 half is weighed by
+    `trust` (Tuning.keyword_trust)."""
     best = max((c.bm25 for c in candidates), default=0.0)
     lift = lift or {}
+    keyword = bm25_weight * trust
     scored = [
         (
             c,
-            bm25_weight * (c.bm25 / best if best > 0 else 0.0)
+            keyword * (c.bm25 / best if best > 0 else 0.0)
             + (1 - bm25_weight) * c.cosine
             + lift.get(c.key, 0.0),
         )
@@ -127,10 +163,12 @@ def fused_rows(
     limit: int,
     bm25_weight: float,
     now: datetime | None = None,
+    tuned: Tuning = WORDLLAMA,
 ) -> list[dict[str, Any]]:
     """The best `limit` entities of both halves' hits (pymilvus `{"distance", "entity"}`),
-    fused, each with its relevance as `score`. A BM25 hit the dense half did not return
-    brings its `embedding`, for its cosine; it is not passed on."""
+    fused, each with its relevance as `score` (`tuned`: the query's model's). A BM25 hit
+    the dense half did not return brings its `embedding`, for its cosine; it is not
+    passed on."""
     rows: dict[str, dict[str, Any]] = {}
     found: dict[str, Candidate] = {}
     for hit in dense:
@@ -155,13 +193,20 @@ def fused_rows(
         for key, row in rows.items()
     }
     lift = timing.lifts(query, texts, now)
-    ranked = fuse(list(found.values()), bm25_weight, lift)
-    top = ranked[0][1] if ranked and ranked[0][1] > 0 else 1.0
     best = max((c.bm25 for c in found.values()), default=0.0) or 1.0
+    trust = 1.0
+    if tuned.keyword_trust and found:
+        leader = max(found.values(), key=lambda c: c.bm25)
+        trust = _covered(query_terms, rows[leader.key]) ** tuned.keyword_trust
+    ranked = fuse(list(found.values()), bm25_weight, lift, trust)
+    top = ranked[0][1] if ranked and ranked[0][1] > 0 else 1.0
     out = []
     for cand, fused in ranked[:limit]:
         row = rows[cand.key]
-        covered = coverage(query_terms, row.get("content") or "", row.get("heading") or "")
-        features = (cand.cosine, covered, cand.bm25 / best, fused / top)
-        out.append({**row, "score": relevance(features), "features": features})
+        features = (cand.cosine, _covered(query_terms, row), cand.bm25 / best, fused / top)
+        out.append({**row, "score": relevance(features, tuned.relevance), "features": features})
     return out
+
+
+def _covered(query_terms: Sequence[str], row: Mapping[str, Any]) -> float:
+    return coverage(query_terms, row.get("content") or "", row.get("heading") or "")

@@ -42,7 +42,7 @@ from memd.indexing.index_client import (
     connect,
 )
 from memd.indexing.query_embedding import QueryEmbedder
-from memd.indexing.settings import IndexTarget
+from memd.indexing.settings import IndexTarget, effective_model
 from memd.indexing.time_filter import exchange_time, in_range, time_filter_expr
 
 log = structlog.get_logger()
@@ -118,6 +118,7 @@ class IndexSearcher:
         self.timeout = timeout
         self.bm25_weight = bm25_weight
         self._embedder = QueryEmbedder(embedding_cfg, embedder)
+        self._tuned = ranking.tuning(effective_model(embedding_cfg))
         self._client: IndexClient | None = None
         self._lock = threading.Lock()
         self._ready_until = 0.0  # monotonic time until which the collection is known ready
@@ -261,10 +262,9 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        pool = max(limit, CANDIDATES)
-        name = self.target.collection
-        dense, keyword = halves(client, name, vector, query, pool, expr, deadline)
-        return ranking.fused_rows(dense, keyword, vector, query, limit, bm25_weight)
+        pool, w, tuned = max(limit, CANDIDATES), bm25_weight, self._tuned
+        dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
+        return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""

@@ -263,8 +263,10 @@ def test_llm_failure_keeps_the_transcript_until_a_retry_succeeds(
     assert "FACT-boiler7" in (root / "sessions" / f"{sid}-summary.md").read_text()
     assert files(root / "archive") == {f"{sid}.md"}
     wait_for(
-        lambda: sources_once(memd, "boiler code", "FACT-boiler7", {f"sessions/{sid}-summary.md"}),
-        "recall to see only the summary",
+        lambda: sources_once(
+            memd, "boiler code FACT-boiler7", "FACT-boiler7", {f"sessions/{sid}-summary.md"}
+        ),
+        "recall to see only the summary",  # the fake LLM's summary keeps only the token
         memd,
     )
 

@@ -167,8 +167,7 @@ def fused_rows(
 ) -> list[dict[str, Any]]:
     """The best `limit` entities of both halves' hits (pymilvus `{"distance", "entity"}`),
     fused, each with its relevance as `score` (`tuned`: the query's model's). A BM25 hit
-    the dense half did not return brings its `embedding`, for its cosine; it is not
-    passed on."""
+    the dense half did not return brings its `embedding` (for its cosine; not passed on)."""
     rows: dict[str, dict[str, Any]] = {}
     found: dict[str, Candidate] = {}
     for hit in dense:

@@ -54,14 +54,24 @@ def top_k_limit(default_top_k: int) -> int:
     return max(TOP_K_CAP, default_top_k)
 
 
+_TIME_HELP = (
+    "ISO date (2026-11-01), ISO datetime (2026-11-01T14:00; UTC unless it ends in "
+    "Z or an offset such as +02:00), or relative: 30m, 6h, 2d, 1w meaning that "
+    "long before now."
+)
+_ANNOTATIONS = {
+    "title": "Recall past conversations",
+    "readOnlyHint": True,
+    "destructiveHint": False,
+    "idempotentHint": True,
+    "openWorldHint": False,
+}
+
+
 def tool_definition(name: str, default_top_k: int) -> dict[str, Any]:
     """The MCP tool definition of MemoryRecall (`inputSchema` is JSON Schema)."""
     limit = top_k_limit(default_top_k)
-    time_help = (
-        "ISO date (2026-11-01), ISO datetime (2026-11-01T14:00; UTC unless it ends in "
-        "Z or an offset such as +02:00), or relative: 30m, 6h, 2d, 1w meaning that "
-        "long before now."
-    )
+    time_help = _TIME_HELP
     return {
         "name": name,
         "title": "Recall past conversations",
@@ -102,13 +112,7 @@ def tool_definition(name: str, default_top_k: int) -> dict[str, Any]:
             "required": ["query"],
             "additionalProperties": False,
         },
-        "annotations": {
-            "title": "Recall past conversations",
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": True,
-            "openWorldHint": False,
-        },
+        "annotations": dict(_ANNOTATIONS),
     }
 
 

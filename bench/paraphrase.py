@@ -67,8 +67,8 @@ ACKS = (
 VARIANTS: dict[str, dict[str, float]] = {
     "BM25 alone": {"bm25_weight": 1.0},
     "dense alone": {"bm25_weight": 0.0},
-    "no relevance bar": {"min_score": 0.0},
-    "dense alone, no bar": {"bm25_weight": 0.0, "min_score": 0.0},
+    "no relevance bar": {"min_score": 0.0, "drop_below": 0.0},
+    "dense alone, no bar": {"bm25_weight": 0.0, "min_score": 0.0, "drop_below": 0.0},
 }
 
 

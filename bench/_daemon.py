@@ -27,12 +27,13 @@ from tests.support.daemon import DaemonProcess, base_config, write_config
 
 
 @contextlib.contextmanager
-def running_daemon(**config: Any) -> Iterator[DaemonProcess]:
+def running_daemon(folder: Path | None = None, **config: Any) -> Iterator[DaemonProcess]:
     """Start memd with `config` (paths inside a temp folder) and stop it afterwards.
 
     With MEMD_BENCH_KEEP=1 in the environment the folder (memd.log, transcripts, child
-    logs) is kept and its path printed, to look into what a run did."""
-    with _bench_folder() as tmp:
+    logs) is kept and its path printed, to look into what a run did. With `folder`, that
+    folder is used (and kept): a second daemon can then serve the first one's memory."""
+    with _bench_folder() if folder is None else contextlib.nullcontext(str(folder)) as tmp:
         path = write_config(Path(tmp) / "config.toml", base_config(Path(tmp), **config))
         # memd runs in its own session: make a SIGTERM of the bench stop it too.
         previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -47,17 +47,18 @@ from _daemon import (
     Connections,
     IndexView,
     machine,
-    percentile,
     record_burst,
     running_daemon,
     wait_indexed,
     wait_searchable,
 )
+from locomo_report import report
+
+from memd.config import load_config
+from memd.layout import ClientLayout
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IDS = ("26", "30", "41", "42", "43")
-NO_RESULTS = "No relevant memories found."
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 _WORD_RE = re.compile(r"\w+")
 
@@ -226,6 +227,7 @@ class Tally:
     seconds: list[float] = field(default_factory=list)
     contents: list[str] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    results: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
 def ask(conns: Connections, client_id: str, questions: Sequence[Question], top_k: int) -> Tally:
@@ -242,74 +244,20 @@ def ask(conns: Connections, client_id: str, questions: Sequence[Question], top_k
         out.categories.append(q.category)
         out.contents.append(found["text"])
         out.questions.append(q)
+        out.results.append(found["results"])
     return out
 
 
 def ingest(memd: Any, conns: Connections, conv: Conversation) -> int:
+    """Record the conversation (unless a reused folder holds it already), wait until indexed."""
     wait_searchable(memd, conv.client_id)
-    record_burst(conns, conv.client_id, exchanges(conv), threads=1)  # in order
+    sessions = ClientLayout(load_config(memd.config_path).memory_dir, conv.client_id).sessions
+    if not any(sessions.glob("*.md")):
+        record_burst(conns, conv.client_id, exchanges(conv), threads=1)  # in order
     chunks, _, _ = wait_indexed(
         memd, IndexView.of(memd, conv.client_id), conv.client_id, progress=False
     )
     return chunks
-
-
-def mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def report(
-    convs: Sequence[Conversation],
-    runs: dict[int, list[Tally]],
-    cross: list[Tally],
-    chunks: int,
-    seconds: float,
-    label: str,
-) -> dict[str, Any]:
-    """Print the tables; return the headline figures (for --json)."""
-    summary: dict[str, Any] = {"label": label, "questions": sum(len(c.questions) for c in convs)}
-    print(
-        f"\n{summary['questions']} questions, {chunks} chunks, recorded and indexed in "
-        f"{seconds:.0f} s\n"
-    )
-    print("| top_k | recall | mean chars | BM25-turns baseline at that budget | gap |")
-    print("| --- | --- | --- | --- | --- |")
-    for top_k, tallies in runs.items():
-        scores = [s for t in tallies for s in t.scores]
-        chars = [c for t in tallies for c in t.chars]
-        budget = mean(chars)
-        base = [
-            score(q, bm.content(q.text, budget))
-            for conv, bm in _bm25s(convs)
-            for q in conv.questions
-        ]
-        r, b = mean(scores), mean(base)
-        summary[f"recall@{top_k}"], summary[f"chars@{top_k}"] = r, budget
-        summary[f"baseline@{top_k}"] = b
-        print(f"| {top_k} | {r:.3f} | {budget:,.0f} | {b:.3f} | {100 * (r - b):+.1f} pts |")
-    print("\n| category | questions | recall@5 | recall@10 |")
-    print("| --- | --- | --- | --- |")
-    for cat, name in CATEGORIES.items():
-        at = {
-            k: [s for t in ts for s, c in zip(t.scores, t.categories, strict=True) if c == cat]
-            for k, ts in runs.items()
-        }
-        print(f"| {cat} {name} | {len(at[5])} | {mean(at[5]):.3f} | {mean(at[10]):.3f} |")
-    ms = [s * 1000 for t in runs[5] for s in t.seconds]
-    summary["p50_ms"], summary["p99_ms"] = percentile(ms, 50), percentile(ms, 99)
-    print(
-        f"\nrecall latency over the socket (top_k 5, {len(ms)} calls): "
-        f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms"
-    )
-    if cross:
-        texts = [c for t in cross for c in t.contents]
-        share = mean([c.strip() == NO_RESULTS for c in texts])
-        summary["abstention"] = share
-        print(
-            f"cross-conversation (questions of one conversation against the next one's "
-            f"memory, top_k 5): {share:.1%} of {len(texts)} answered '{NO_RESULTS}'"
-        )
-    return summary
 
 
 _BM25_CACHE: dict[str, TurnBM25] = {}
@@ -323,32 +271,17 @@ def _bm25s(convs: Sequence[Conversation]) -> list[tuple[Conversation, TurnBM25]]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="folder with the dev conversations (26.json, ...)")
-    ap.add_argument(
-        "--conversations",
-        default=",".join(DEFAULT_IDS),
-        help="comma-separated conversation names (default: all five)",
-    )
-    ap.add_argument("--no-cross", action="store_true", help="skip the abstention run")
-    ap.add_argument("--label", default="memd", help="name of this run in --json output")
-    ap.add_argument("--json", help="append the headline figures as one JSON line here")
-    ap.add_argument(
-        "--config",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="extra memd config (top-level key = JSON value), e.g. "
-        "'recall={\"min_score\": 0.3}'; may be repeated",
-    )
-    args = ap.parse_args()
+    args = arguments()
     folder = data_dir(args.data)
     convs = [load(folder, name.strip()) for name in args.conversations.split(",") if name]
     extra = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.config)}
     print(machine())
     print(f"data: {folder}; conversations {', '.join(c.name for c in convs)}")
     clients = {c.client_id: {"memory_enabled": True, "mode": "mcp_via_llm"} for c in convs}
-    with running_daemon(clients=clients, **extra) as memd:
+    keep = Path(args.reuse) if args.reuse else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    with running_daemon(keep, clients=clients, **extra) as memd:
         conns = Connections(memd)
         start = time.monotonic()
         with ThreadPoolExecutor(len(convs)) as pool:
@@ -363,12 +296,87 @@ def main() -> None:
                 for i, c in enumerate(convs)
             ]
         )
-        summary = report(convs, runs, cross, chunks, seconds, args.label)
         conns.close()
+    bm25_only = bm25_run(keep, clients, extra, convs) if args.bm25_only and keep else None
+    summary = report(
+        convs, _bm25s(convs), runs, cross, chunks, seconds, args.label, bm25_only, score
+    )
     print(f"at the end: {machine()}")
+    if args.dump:
+        dump(Path(args.dump), convs, runs, cross)
     if args.json:
         with open(args.json, "a", encoding="utf-8") as out:
             out.write(json.dumps(summary) + "\n")
+
+
+def bm25_run(
+    keep: Path, clients: dict[str, Any], extra: dict[str, Any], convs: Sequence[Conversation]
+) -> dict[int, list[Tally]]:
+    """The same questions on the same index, served with BM25 alone (`bm25_weight` 1)."""
+    recall = {**extra.get("recall", {}), "bm25_weight": 1.0}
+    with running_daemon(keep, clients=clients, **{**extra, "recall": recall}) as memd:
+        conns = Connections(memd)
+        for conv in convs:
+            wait_searchable(memd, conv.client_id)
+        runs = {k: [ask(conns, c.client_id, c.questions, k) for c in convs] for k in (5, 10)}
+        conns.close()
+    return runs
+
+
+def dump(
+    path: Path, convs: Sequence[Conversation], runs: dict[int, list[Tally]], cross: list[Tally]
+) -> None:
+    """Every question's top-5 results (own memory and the next client's), as JSON lines."""
+    with path.open("w", encoding="utf-8") as out:
+        for i, (conv, tally) in enumerate(zip(convs, runs[5], strict=True)):
+            other = cross[i] if cross else None
+            for j, q in enumerate(tally.questions):
+                row = {
+                    "conversation": conv.name,
+                    "question": q.text,
+                    "category": q.category,
+                    "evidence": q.evidence,
+                    "score": tally.scores[j],
+                    "score10": runs[10][i].scores[j],
+                    "results": tally.results[j],
+                    "cross": other.results[j] if other else None,
+                }
+                out.write(json.dumps(row) + "\n")
+
+
+def arguments() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", help="folder with the dev conversations (26.json, ...)")
+    ap.add_argument(
+        "--conversations",
+        default=",".join(DEFAULT_IDS),
+        help="comma-separated conversation names (default: all five)",
+    )
+    ap.add_argument("--no-cross", action="store_true", help="skip the abstention run")
+    ap.add_argument("--label", default="memd", help="name of this run in --json output")
+    ap.add_argument("--json", help="append the headline figures as one JSON line here")
+    ap.add_argument("--dump", help="write every question's results here (JSON lines)")
+    ap.add_argument(
+        "--reuse",
+        metavar="DIR",
+        help="run memd in DIR and keep it; a client whose transcripts are there already "
+        "is not recorded again (only indexed), so a second run asks at once",
+    )
+    ap.add_argument(
+        "--bm25-only",
+        action="store_true",
+        help="also ask every question with BM25 alone (bm25_weight 1) on the same index "
+        "(a second daemon on the same folder; needs --reuse)",
+    )
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra memd config (top-level key = JSON value), e.g. "
+        "'recall={\"min_score\": 0.3}'; may be repeated",
+    )
+    return ap.parse_args()
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ ACKS = (
 VARIANTS: dict[str, dict[str, float]] = {
     "BM25 alone": {"bm25_weight": 1.0},
     "dense alone": {"bm25_weight": 0.0},
-    "no relevance bar": {"min_score": 0.0},
-    "dense alone, no bar": {"bm25_weight": 0.0, "min_score": 0.0},
+    "no relevance bar": {"min_score": 0.0, "drop_below": 0.0},
+    "dense alone, no bar": {"bm25_weight": 0.0, "min_score": 0.0, "drop_below": 0.0},
 }
 
 
@@ -167,10 +167,10 @@ def apply_recall(memd: DaemonProcess, base: dict[str, Any], recall: dict[str, fl
     before = _applied(memd)
     data = {**base, "recall": {**base.get("recall", {}), **recall}}
     write_config(memd.config_path, data)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # a loaded machine reloads slowly
     while _applied(memd) == before:
         if time.monotonic() > deadline:
-            sys.exit(f"memd did not apply recall={recall} within 30 s (see {memd.log_path})")
+            sys.exit(f"memd did not apply recall={recall} within 180 s (see {memd.log_path})")
         time.sleep(0.1)
 
 

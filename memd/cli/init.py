@@ -90,6 +90,7 @@ TEMPLATE = """\
 # min_score = {r[min_score]}
 # drop_below = {r[drop_below]}
 # follow_questions = {r[follow_questions]}
+# neighbours = {r[neighbours]}
 
 # [limits]                    # bounds that keep one caller from stalling the others
 # max_connections = {l[max_connections]}

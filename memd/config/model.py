@@ -152,12 +152,14 @@ class RecallConfig:
     against cosine similarity; results whose relevance is under `drop_below` are left out,
     and when none reaches `min_score` recall answers "No relevant memories found.".
     With `follow_questions`, a result that ends by asking a question is followed by the
-    user's next message (its answer)."""
+    user's next message (its answer); with `neighbours`, a matching exchange right before
+    or after a result is shown inside it, clipped."""
 
     bm25_weight: float = 0.7
-    min_score: float = 0.5
-    drop_below: float = 0.0
+    min_score: float = 0.05
+    drop_below: float = 0.005
     follow_questions: bool = True
+    neighbours: bool = True
 
 
 @dataclass(frozen=True)

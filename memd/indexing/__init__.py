@@ -35,7 +35,14 @@ if TYPE_CHECKING:
         watcher_ready,
         write_spec,
     )
-    from memd.indexing.query import Hit, IndexSearcher, IndexUnavailableError, expand_hit, in_range
+    from memd.indexing.query import (
+        Hit,
+        IndexSearcher,
+        IndexUnavailableError,
+        Section,
+        expand_hit,
+        in_range,
+    )
     from memd.indexing.targets import IndexTarget
 
 __all__ = [
@@ -43,6 +50,7 @@ __all__ = [
     "Hit",
     "IndexBusyError",
     "IndexSearcher",
+    "Section",
     "IndexTarget",
     "IndexUnavailableError",
     "Pipelines",
@@ -92,7 +100,7 @@ __getattr__ = public_face(
             "watcher_ready",
             "write_spec",
         ),
-        "query": ("Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range"),
+        "query": ("Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_hit", "in_range"),
         "targets": ("IndexTarget",),
     },
 )

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from memd.markdown.transcript import (
         HEADING_TIME,
         SESSION_ID_RE,
+        TITLE_SEP,
         ParsedExchange,
         Part,
         clean_text,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         heading_time,
         iso,
         label,
+        parse_exchange_heading,
         parse_exchange_title,
         parse_transcript,
         parts_block,

@@ -17,24 +17,28 @@ import dataclasses
 import functools
 import os
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import structlog
 
 from memd import trust
 from memd.config import RecallConfig
-from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, expand_hit
+from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, Section
 from memd.layout import ClientLayout
-from memd.markdown import HEADING_TIME, SESSION_ID_RE, heading_time, lines_of
+from memd.markdown import (
+    HEADING_TIME,
+    SESSION_ID_RE,
+    heading_time,
+)
 from memd.recall import context
+from memd.recall.files import LineCache, RecentFiles
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
+from memd.recall.shown import Neighbours, Shown, dated
 
 log = structlog.get_logger()
 
@@ -78,34 +82,43 @@ async def recall(
     if searcher is None:
         raise IndexUnavailableError("the memory index is starting")
     settings = settings or RecallConfig()
-    fetch = top_k * OVERFETCH + 1
-    deadline = time.monotonic() + timeout
     own = lane or RecallLane()
+    search = functools.partial(
+        _search_by,
+        time.monotonic() + timeout,
+        searcher,
+        query,
+        top_k * OVERFETCH + 1,
+        after,
+        before,
+        settings.bm25_weight,
+    )
     try:
-        search = own.submit(
-            functools.partial(
-                _search_by, deadline, searcher, query, fetch, after, before, settings.bm25_weight
-            ),
-            LANE_WAITING if waiting is None else waiting,
-        )
-        hits = await asyncio.wait_for(search, timeout + 1.0)
-    except TimeoutError:
-        raise IndexUnavailableError(
-            f"the memory index did not answer within {timeout:g} s"
-        ) from None
+        hits = await own.run(search, LANE_WAITING if waiting is None else waiting, timeout)
     finally:
         if lane is None:
             own.close()
     hits = relevant(hits, settings.min_score, settings.drop_below)
+    return render(await _shown(hits, layout, top_k, settings, own.recent, timeout), budget)
+
+
+async def _shown(
+    hits: list[Hit],
+    layout: ClientLayout,
+    top_k: int,
+    settings: RecallConfig,
+    files: RecentFiles,
+    timeout: float,
+) -> list[Memory]:
+    """`collect` in a thread, bounded by `timeout` (RecallTimeoutError)."""
+    show = functools.partial(collect, files=files)
+    args = (hits, layout, top_k, settings.follow_questions, settings.neighbours)
     try:
-        memories = await asyncio.wait_for(
-            asyncio.to_thread(collect, hits, layout, top_k, settings.follow_questions), timeout
-        )
+        return await asyncio.wait_for(asyncio.to_thread(show, *args), timeout)
     except TimeoutError:
         raise RecallTimeoutError(
             f"reading the matching transcripts took over {timeout:g} s (memd is overloaded)"
         ) from None
-    return render(memories, budget)
 
 
 def _search_by(
@@ -155,6 +168,16 @@ class RecallLane:
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
         self.busy = 0  # submitted and not finished: running or queued
+        self.recent = RecentFiles()  # the client's transcripts, kept between its recalls
+
+    async def run(self, fn: Callable[[], list[Hit]], waiting: int, timeout: float) -> list[Hit]:
+        """`fn` on the lane; IndexUnavailableError if it has not answered in `timeout`."""
+        try:
+            return await asyncio.wait_for(self.submit(fn, waiting), timeout + 1.0)
+        except TimeoutError:
+            raise IndexUnavailableError(
+                f"the memory index did not answer within {timeout:g} s"
+            ) from None
 
     def submit(self, fn: Callable[[], list[Hit]], waiting: int) -> asyncio.Future[list[Hit]]:
         if self.busy >= LANE_THREADS + waiting:
@@ -176,57 +199,66 @@ class RecallLane:
 
 
 def collect(
-    hits: Sequence[Hit], layout: ClientLayout, top_k: int, follow_questions: bool = True
+    hits: Sequence[Hit],
+    layout: ClientLayout,
+    top_k: int,
+    follow_questions: bool = True,
+    neighbours: bool = True,
+    files: RecentFiles | None = None,
 ) -> list[Memory]:
     """Expand hits best first into at most `top_k` distinct sections of this client's files.
 
+    No two results share a line, nor show a conversation's title (memd.recall.shown).
     With `follow_questions`, a section that ends by asking a question is followed by the
     user's next message, its likely answer (memd.recall.context), unless that exchange is
-    among the results itself."""
+    among the results itself. With `neighbours`, a hit that did not make the top_k but is
+    the exchange right before or after a result is shown inside that result, clipped
+    (memd.recall.shown.Neighbours): it matched the query too, and beside its neighbour it
+    costs a few hundred characters instead of a result. `files`: RecallLane.recent."""
     sessions = layout.sessions.resolve()
-    reader = _LineCache()
-    seen: set[tuple[Path, int, int]] = set()
+    reader = LineCache(files or RecentFiles())
+    shown = Shown()
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
+    near = Neighbours()
     for hit in hits:
-        if len(out) >= top_k:
-            break
         path = contained_path(hit.source, sessions)
         if path is None:
             log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
             continue
-        if not reader.servable(path):
+        if not reader.servable(path) or _is_front_matter_only(hit):
             # Deleted since it was indexed (deleting a file removes it from recall), or not
             # a regular file of memd's uid opened without following a link (memd.trust).
             continue
-        if _is_front_matter_only(hit):
+        section = shown.section(hit, path, sessions, reader.lines(path))
+        if len(out) >= top_k:
+            if neighbours:
+                near.offer(path, section)
             continue
-        section = expand_hit(hit, sessions, reader.lines(path))
-        key = (path, section.start_line, section.end_line)
-        if key in seen:
-            continue
-        seen.add(key)
         content = _strip_front_matter(section.content).strip("\n")
-        if not content.strip():
+        if not content.strip() or not shown.add(path, section.start_line, section.end_line):
             continue
-        focus = max(0, hit.start_line - section.start_line)
-        out.append(
-            Memory(
-                source=describe_source(path, sessions, hit, reader),
-                heading=section.heading,
-                content=content,
-                score=hit.score,
-                chunk_hash=hit.chunk_hash,
-                focus_line=focus,
-            )
-        )
+        content = shown.untitled(hit.heading, content)
         found = (
             context.follow(content, reader.lines(path), section.end_line)
             if follow_questions
             else None
         )
         follows.append((path, found[0] + 1, found[1]) if found else None)
-    return _with_follows(out, follows, {(p, start) for p, start, _ in seen})
+        near.shown(path, section)
+        out.append(_memory(hit, section, content, describe_source(path, sessions, hit, reader)))
+    return near.attach(_with_follows(out, follows, shown.starts()), shown)
+
+
+def _memory(hit: Hit, section: Section, content: str, source: Source) -> Memory:
+    return Memory(
+        source=source,
+        heading=section.heading,
+        content=dated(content, hit),
+        score=hit.score,
+        chunk_hash=hit.chunk_hash,
+        focus_line=max(0, hit.start_line - section.start_line),
+    )
 
 
 def _with_follows(
@@ -262,7 +294,7 @@ def contained_path(source: str, sessions: Path) -> Path | None:
 
 
 def describe_source(
-    path: Path, sessions: Path, hit: Hit, reader: _LineCache | None = None
+    path: Path, sessions: Path, hit: Hit, reader: LineCache | None = None
 ) -> Source:
     """Label a section from its path relative to the client root: never an absolute path."""
     rel = "sessions/" + path.relative_to(sessions).as_posix()
@@ -276,7 +308,8 @@ def describe_source(
             rel, "summary", stem.removesuffix("-summary"), None, _summary_span(hit.heading)
         )
     if path.suffix == ".md" and SESSION_ID_RE.match(stem):
-        number, started = _conversation_at(reader or _LineCache(), path, hit.start_line)
+        lines = reader or LineCache(RecentFiles())
+        number, started = _conversation_at(lines, path, hit.start_line)
         when = heading_time(hit.when) if hit.when else started
         return Source(rel, "transcript", stem, number, when)
     return Source(rel, "file", None, None, heading_time(hit.when) if hit.when else "")
@@ -289,7 +322,7 @@ def _summary_span(heading: str) -> str:
     return f"{heading_time(span[0])} – {heading_time(span[1])}" if span else ""
 
 
-def _conversation_at(reader: _LineCache, path: Path, line: int) -> tuple[int | None, str]:
+def _conversation_at(reader: LineCache, path: Path, line: int) -> tuple[int | None, str]:
     """The `# Conversation N (...)` header above 1-based `line`, and the time it names."""
     lines = reader.lines(path)
     for i in range(min(line, len(lines)) - 1, -1, -1):
@@ -301,73 +334,6 @@ def _conversation_at(reader: _LineCache, path: Path, line: int) -> tuple[int | N
                 started = ""
             return int(m.group(1)), started
     return None, ""
-
-
-class _LineCache:
-    """Each source file is read at most once per recall (lines decoded only when used)."""
-
-    def __init__(self) -> None:
-        self._lines: dict[Path, Sequence[str] | None] = {}  # None: not servable
-
-    def servable(self, path: Path) -> bool:
-        """Read the file if recall may serve it (memd.trust.open_served); False if not."""
-        if path in self._lines:
-            return self._lines[path] is not None
-        fd = trust.open_served(path)
-        if fd is None:
-            self._lines[path] = None
-            return False
-        try:
-            with os.fdopen(fd, "rb") as fh:
-                self._lines[path] = _RECENT.lines(path, fh)
-        except OSError:
-            self._lines[path] = None
-        return self._lines[path] is not None
-
-    def lines(self, path: Path) -> Sequence[str]:
-        if not self.servable(path):
-            return []
-        return self._lines[path] or []
-
-
-class _RecentFiles:
-    """The last few files recall read, kept between recalls while they stay unchanged.
-
-    A client with one long session file had every recall read and split it again (30 ms
-    at p50 for a 4 MB transcript under load). A file is reused only when the descriptor
-    recall just opened (memd.trust.open_served) shows the same device, inode, size and
-    modification time; appending, rewriting or replacing it reads it afresh. At most
-    RECENT_FILES files and RECENT_BYTES bytes are kept.
-    """
-
-    def __init__(self) -> None:
-        self._files: OrderedDict[Path, tuple[tuple[int, ...], int, Sequence[str]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def lines(self, path: Path, fh: BinaryIO) -> Sequence[str]:
-        st = os.fstat(fh.fileno())
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        with self._lock:
-            kept = self._files.get(path)
-            if kept is not None and kept[0] == key:
-                self._files.move_to_end(path)
-                return kept[2]
-        data = fh.read()
-        lines = lines_of(data)
-        if len(data) <= RECENT_BYTES:
-            with self._lock:
-                self._files[path] = (key, len(data), lines)
-                self._files.move_to_end(path)
-                while len(self._files) > RECENT_FILES or (
-                    sum(size for _, size, _ in self._files.values()) > RECENT_BYTES
-                ):
-                    self._files.popitem(last=False)
-        return lines
-
-
-RECENT_FILES = 4
-RECENT_BYTES = 16 * 1024 * 1024
-_RECENT = _RecentFiles()
 
 
 def _front_matter_end(lines: list[str]) -> int:

@@ -54,14 +54,24 @@ def top_k_limit(default_top_k: int) -> int:
     return max(TOP_K_CAP, default_top_k)
 
 
+_TIME_HELP = (
+    "ISO date (2026-11-01), ISO datetime (2026-11-01T14:00; UTC unless it ends in "
+    "Z or an offset such as +02:00), or relative: 30m, 6h, 2d, 1w meaning that "
+    "long before now."
+)
+_ANNOTATIONS = {
+    "title": "Recall past conversations",
+    "readOnlyHint": True,
+    "destructiveHint": False,
+    "idempotentHint": True,
+    "openWorldHint": False,
+}
+
+
 def tool_definition(name: str, default_top_k: int) -> dict[str, Any]:
     """The MCP tool definition of MemoryRecall (`inputSchema` is JSON Schema)."""
     limit = top_k_limit(default_top_k)
-    time_help = (
-        "ISO date (2026-11-01), ISO datetime (2026-11-01T14:00; UTC unless it ends in "
-        "Z or an offset such as +02:00), or relative: 30m, 6h, 2d, 1w meaning that "
-        "long before now."
-    )
+    time_help = _TIME_HELP
     return {
         "name": name,
         "title": "Recall past conversations",
@@ -102,13 +112,7 @@ def tool_definition(name: str, default_top_k: int) -> dict[str, Any]:
             "required": ["query"],
             "additionalProperties": False,
         },
-        "annotations": {
-            "title": "Recall past conversations",
-            "readOnlyHint": True,
-            "destructiveHint": False,
-            "idempotentHint": True,
-            "openWorldHint": False,
-        },
+        "annotations": dict(_ANNOTATIONS),
     }
 
 
@@ -124,12 +128,14 @@ def instructions(name: str) -> str:
         "transcripts of earlier sessions and summaries of older ones, nothing else. It "
         "returns the most relevant past exchanges, best first, each labelled with its source "
         "(session, conversation, transcript or summary), its time in UTC and a relevance "
-        "from 0 to 1: roughly the chance that the exchange is about what you asked (it "
-        "weighs how many of your query's words it contains and how close it is in meaning). "
-        "0.8 or more: very likely on topic; 0.5 to 0.8: probably; under 0.5: a weaker match "
-        "shown because a better one came first, read it with care. An exchange that ends "
-        "with a question may be followed by the user's reply to it, from the next exchange, "
-        "marked **User (next exchange):**. It answers exactly "
+        "from 0 to 1: roughly the chance that the exchange holds what you asked (it weighs "
+        "how many of your query's words it contains, how close it is in meaning and how it "
+        "compares with the best match). 0.5 or more: likely; 0.2 to 0.5: plausible, often "
+        "one of several pieces; under 0.2: a weak match, read it with care. Relative dates "
+        "said in an exchange are listed after it as dates ('yesterday = 7 May 2023'). An "
+        "exchange that ends with a question may be followed by the user's reply to it, "
+        "marked **User (next exchange):**, and a neighbouring exchange that matched too by "
+        "**Next exchange:** or **Previous exchange:**. It answers exactly "
         "'No relevant memories found.' when no exchange is likely to be on topic: then the "
         "memory most probably does not hold it, so do not invent it. What it returns is a "
         "record of what was said then and may be out of date; what the user says now wins. "

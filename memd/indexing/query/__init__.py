@@ -16,13 +16,14 @@ if TYPE_CHECKING:
         Hit,
         IndexSearcher,
         IndexUnavailableError,
+        Section,
         expand_hit,
         in_range,
     )
 
-__all__ = ["Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range"]
+__all__ = ["Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_hit", "in_range"]
 
 __getattr__ = public_face(
     __name__,
-    {"search": ("Hit", "IndexSearcher", "IndexUnavailableError", "expand_hit", "in_range")},
+    {"search": ("Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_hit", "in_range")},
 )

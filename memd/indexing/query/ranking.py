@@ -9,13 +9,16 @@ drag the strong one down) and 0.704 for this fusion at bm25_weight 0.7 (0.702 at
 0.8): never worse than the better half.
 
 Relevance: fusion scores rank well but say nothing absolute (the best hit of any query
-scores high). The relevance shown for each result is a logistic model of two things that
-do mean something across queries: the cosine similarity and the share of the query's
-terms (analyzed: stop words out, stemmed) that the result contains,
-`1 / (1 + exp(-(13.05 * cosine + 11.52 * coverage - 7.73)))`, fitted on the dev split to
-tell a result from the memory the question is about (1) from one of another person's
-memory (0). It reads as "how likely this result is about what was asked". The
-coefficients are calibrated for the bundled model; other models' cosines sit elsewhere.
+scores high). The relevance shown for each result is a logistic model of `FEATURES`: the
+cosine similarity, the share of the query's terms (analyzed: stop words out, stemmed)
+that the result's own text contains (the conversation title its heading repeats left
+out, `own_text`), its BM25 score over the query's best, and its fused score over the
+best candidate's. `bench/calibrate.py` fits the weights on LoCoMo's dev split to tell
+whether a candidate holds the evidence of the question (1) or not (0), other people's
+questions (whose evidence is in no candidate) included: it reads as "the chance that
+this exchange holds what was asked", and the share of results holding evidence in each
+score bucket follows the score (docs/quality.md). The weights are fitted for the bundled
+model; another model's cosines sit elsewhere: run bench/calibrate.py again.
 """
 
 from __future__ import annotations
@@ -23,16 +26,50 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from memd.indexing import timing
 from memd.indexing.analysis import terms
+from memd.markdown import parse_exchange_heading
 
 DEFAULT_BM25_WEIGHT = 0.7
-RELEVANCE_COSINE = 13.05
-RELEVANCE_COVERAGE = 11.52
-RELEVANCE_BIAS = -7.73
+# What the relevance is computed from, and its weights (the last one is the bias).
+FEATURES = ("cosine", "coverage", "bm25_share", "fused_share")
+RELEVANCE = (3.368, 3.992, -0.178, 4.753, -9.786)  # bench/calibrate.py, bundled model
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How one embedding model's cosines enter the fusion and the relevance.
+
+    `keyword_trust`: the BM25 half is weighed by the share of the query's terms its best
+    hit holds, to this power (0: always fully). When a question shares no content word
+    with its answer ("what can't I eat?" for "I'm allergic to peanuts"), BM25's best is
+    some exchange that shares one common word, and `bm25 / best` still gives it the full
+    weight, burying what the dense half found. A model whose cosine finds paraphrases
+    (MiniLM: dense alone 0.92 hit@3 on bench/paraphrase.py's set, offline) needs the
+    keyword half to step back then; WordLlama's cosine does not earn it (docs/quality.md).
+    `relevance`: the logistic weights of `FEATURES` and the bias, fitted per model (a
+    model's cosines have their own scale)."""
+
+    keyword_trust: float
+    relevance: tuple[float, ...]
+
+
+WORDLLAMA = Tuning(0.0, RELEVANCE)
+# Fitted offline on LoCoMo dev (own and other people's questions) and bench/paraphrase.py's
+# set (paraphrases, controls, never-said questions; weighted 3x), docs/quality.md.
+MINILM = Tuning(2.0, (7.263, 2.963, -2.081, 5.315, -9.62))
+TUNINGS = {"wordllama-l2-256": WORDLLAMA, "all-minilm-l6-v2-int8": MINILM}
+
+
+def tuning(model: str) -> Tuning:
+    """The tuning of a bundled model; WordLlama's for any other (its weights are the
+    ones measured with a BM25-led fusion)."""
+    return TUNINGS.get(model, WORDLLAMA)
 
 
 @dataclass(frozen=True)
@@ -45,23 +82,56 @@ class Candidate:
     cosine: float
 
 
-def fuse(candidates: Sequence[Candidate], bm25_weight: float) -> list[tuple[Candidate, float]]:
-    """Candidates best first with their fused score (see the module docstring)."""
+def fuse(
+    candidates: Sequence[Candidate],
+    bm25_weight: float,
+    lift: Mapping[str, float] | None = None,
+    trust: float = 1.0,
+) -> list[tuple[Candidate, float]]:
+    """Candidates best first with their fused score (see the module docstring), plus what
+    `lift` adds to some of them (memd.indexing.timing); the BM25 half is weighed by
+    `trust` (Tuning.keyword_trust)."""
     best = max((c.bm25 for c in candidates), default=0.0)
+    lift = lift or {}
+    keyword = bm25_weight * trust
     scored = [
-        (c, bm25_weight * (c.bm25 / best if best > 0 else 0.0) + (1 - bm25_weight) * c.cosine)
+        (
+            c,
+            keyword * (c.bm25 / best if best > 0 else 0.0)
+            + (1 - bm25_weight) * c.cosine
+            + lift.get(c.key, 0.0),
+        )
         for c in candidates
     ]
     scored.sort(key=lambda item: item[1], reverse=True)
     return scored
 
 
-def coverage(query_terms: Sequence[str], content: str) -> float:
-    """Share of the distinct query terms that occur in `content` (both analyzed)."""
+def coverage(query_terms: Sequence[str], content: str, heading: str = "") -> float:
+    """Share of the distinct query terms that occur in `content` (both analyzed), the
+    conversation title in an exchange's `heading` left out (see `own_text`)."""
     wanted = set(query_terms)
     if not wanted:
         return 0.0
-    return len(wanted & _term_set(content)) / len(wanted)
+    return len(wanted & _term_set(own_text(content, heading))) / len(wanted)
+
+
+def own_text(content: str, heading: str) -> str:
+    """A chunk's text without the conversation title its exchange heading repeats.
+
+    Every exchange heading carries its conversation's title (its first user message), so
+    that a follow-up is *found* by the conversation's topic. But a title that matches the
+    query then lifted every exchange of that conversation to a relevance near 1 ("spare
+    key" scored an unrelated "thanks!" of the spare-key conversation 1.00): the words
+    that say an exchange is about the query must be its own. The first exchange holds
+    the title's words in its own text anyway."""
+    parsed = parse_exchange_heading(heading) if heading else None
+    if not parsed or not parsed[3]:
+        return content
+    first, sep, rest = content.partition("\n")
+    if first.lstrip("#").strip() != heading.strip():
+        return content
+    return first[: len(first) - len(parsed[3])] + sep + rest
 
 
 @functools.lru_cache(maxsize=4096)
@@ -71,10 +141,11 @@ def _term_set(content: str) -> frozenset[str]:
     return frozenset(terms(content))
 
 
-def relevance(cosine: float, covered: float) -> float:
-    """The calibrated relevance in [0, 1] of a result (see the module docstring)."""
-    z = RELEVANCE_COSINE * cosine + RELEVANCE_COVERAGE * covered + RELEVANCE_BIAS
-    return 1.0 / (1.0 + math.exp(-z))
+def relevance(features: Sequence[float], weights: Sequence[float] = RELEVANCE) -> float:
+    """The calibrated relevance in [0, 1] of a result from its `FEATURES` (see the
+    module docstring); `weights` has one more entry than features, the bias."""
+    z = sum(map(operator.mul, features, weights)) + weights[len(features)]
+    return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -91,10 +162,12 @@ def fused_rows(
     query: str,
     limit: int,
     bm25_weight: float,
+    now: datetime | None = None,
+    tuned: Tuning = WORDLLAMA,
 ) -> list[dict[str, Any]]:
     """The best `limit` entities of both halves' hits (pymilvus `{"distance", "entity"}`),
-    fused, each with its relevance as `score`. A BM25 hit the dense half did not return
-    brings its `embedding`, for its cosine; it is not passed on."""
+    fused, each with its relevance as `score` (`tuned`: the query's model's). A BM25 hit
+    the dense half did not return brings its `embedding` (for its cosine; not passed on)."""
     rows: dict[str, dict[str, Any]] = {}
     found: dict[str, Candidate] = {}
     for hit in dense:
@@ -111,9 +184,28 @@ def fused_rows(
         # smaller-is-better distance); a Milvus server reports them as they are.
         found[key] = Candidate(key, abs(float(hit["distance"])), cos)
     query_terms = terms(query)
+    texts = {
+        key: (
+            row.get("heading") or "",
+            own_text(row.get("content") or "", row.get("heading") or ""),
+        )
+        for key, row in rows.items()
+    }
+    lift = timing.lifts(query, texts, now)
+    best = max((c.bm25 for c in found.values()), default=0.0) or 1.0
+    trust = 1.0
+    if tuned.keyword_trust and found:
+        leader = max(found.values(), key=lambda c: c.bm25)
+        trust = _covered(query_terms, rows[leader.key]) ** tuned.keyword_trust
+    ranked = fuse(list(found.values()), bm25_weight, lift, trust)
+    top = ranked[0][1] if ranked and ranked[0][1] > 0 else 1.0
     out = []
-    for cand, _fused in fuse(list(found.values()), bm25_weight)[:limit]:
+    for cand, fused in ranked[:limit]:
         row = rows[cand.key]
-        covered = coverage(query_terms, row.get("content") or "")
-        out.append({**row, "score": relevance(cand.cosine, covered)})
+        features = (cand.cosine, _covered(query_terms, row), cand.bm25 / best, fused / top)
+        out.append({**row, "score": relevance(features, tuned.relevance), "features": features})
     return out
+
+
+def _covered(query_terms: Sequence[str], row: Mapping[str, Any]) -> float:
+    return coverage(query_terms, row.get("content") or "", row.get("heading") or "")

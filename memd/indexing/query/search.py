@@ -44,7 +44,7 @@ from memd.indexing.query.index_client import (
 )
 from memd.indexing.query.query_embedding import QueryEmbedder
 from memd.indexing.query.time_filter import exchange_time, in_range, time_filter_expr
-from memd.indexing.targets import IndexTarget
+from memd.indexing.targets import IndexTarget, effective_model
 
 log = structlog.get_logger()
 
@@ -79,6 +79,7 @@ class Hit:
     start_line: int
     end_line: int
     when: datetime | None = None
+    features: tuple[float, ...] = ()  # what the relevance is computed from (ranking.FEATURES)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class IndexSearcher:
         self.timeout = timeout
         self.bm25_weight = bm25_weight
         self._embedder = QueryEmbedder(embedding_cfg, embedder)
+        self._tuned = ranking.tuning(effective_model(embedding_cfg))
         self._client: IndexClient | None = None
         self._lock = threading.Lock()
         self._ready_until = 0.0  # monotonic time until which the collection is known ready
@@ -261,10 +263,9 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        pool = max(limit, CANDIDATES)
-        name = self.target.collection
-        dense, keyword = halves(client, name, vector, query, pool, expr, deadline)
-        return ranking.fused_rows(dense, keyword, vector, query, limit, bm25_weight)
+        pool, w, tuned = max(limit, CANDIDATES), bm25_weight, self._tuned
+        dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
+        return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
@@ -333,6 +334,7 @@ def _hit(row: dict[str, Any]) -> Hit:
         start_line=int(row.get("start_line") or 0),
         end_line=int(row.get("end_line") or 0),
         when=exchange_time(heading),
+        features=tuple(row.get("features") or ()),
     )
 
 

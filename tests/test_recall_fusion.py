@@ -1,0 +1,62 @@
+"""The fusion keeps what the dense half alone finds, for a model whose cosine earns it.
+
+A paraphrase shares no content word with its fact; BM25's best is then some exchange
+sharing one common word, and `bm25 / best` gave it the keyword half's full weight. With
+MiniLM's tuning that half is weighed by how much of the query its best hit holds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from memd.indexing import ranking
+
+QUERY = "which novel do I enjoy reading"
+FACT = "**User:** My favourite sci-fi book is Dune.\n\n**Assistant:** Noted."
+JUNK = "**User:** I enjoy hiking on weekends.\n\n**Assistant:** Sounds fun."
+
+
+def _unit(cos: float) -> list[float]:
+    return [cos, math.sqrt(1 - cos * cos)]
+
+
+def _entity(key: str, content: str) -> dict[str, Any]:
+    return {"chunk_hash": key, "content": content, "heading": "", "source": "s.md"}
+
+
+def _halves() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    dense = [
+        {"distance": 0.55, "entity": _entity("fact", FACT)},
+        {"distance": 0.10, "entity": _entity("junk", JUNK)},
+    ]
+    keyword = [{"distance": 4.0, "entity": {**_entity("junk", JUNK), "embedding": _unit(0.1)}}]
+    return dense, keyword
+
+
+def test_minilm_tuning_ranks_a_paraphrase_found_by_the_dense_half_first() -> None:
+    dense, keyword = _halves()
+    rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], QUERY, 2, 0.7, tuned=ranking.MINILM)
+    assert [r["chunk_hash"] for r in rows] == ["fact", "junk"]
+    assert rows[0]["score"] > 0.2 > rows[1]["score"]
+
+
+def test_wordllama_tuning_keeps_the_keyword_led_fusion() -> None:
+    dense, keyword = _halves()
+    rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], QUERY, 2, 0.7)
+    assert [r["chunk_hash"] for r in rows] == ["junk", "fact"]
+
+
+def test_a_query_its_keyword_hit_answers_whole_keeps_the_keyword_half() -> None:
+    """Trust is 1 when BM25's best holds every query term: the same-word question."""
+    dense, keyword = _halves()
+    query = "do I enjoy hiking"
+    rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], query, 2, 0.7, tuned=ranking.MINILM)
+    assert rows[0]["chunk_hash"] == "junk"
+    assert rows[0]["score"] > rows[1]["score"]
+
+
+def test_the_tuning_follows_the_configured_model() -> None:
+    assert ranking.tuning("all-minilm-l6-v2-int8") is ranking.MINILM
+    assert ranking.tuning("wordllama-l2-256") is ranking.WORDLLAMA
+    assert ranking.tuning("text-embedding-3-small") is ranking.WORDLLAMA

@@ -8,7 +8,7 @@ is about what you asked". This script makes that true on the one set with marked
 evidence: every question (and every question asked of the *next* conversation's memory,
 where nothing holds its evidence) is searched in-process with memd's own searcher
 (`IndexSearcher.search`, the same fusion and features as a recall), and a logistic
-regression is fitted from each candidate's features (`memd.indexing.ranking.FEATURES`) to
+regression is fitted from each candidate's features (`memd.indexing.query.ranking.FEATURES`) to
 whether its text holds one of the question's evidence turns. It prints the weights for
 `ranking.RELEVANCE`, the calibration of the current and the fitted weights (score bucket →
 share holding evidence), and for a few `min_score` bars the share of other people's

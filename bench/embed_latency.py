@@ -1,7 +1,7 @@
 """Per-call latency of memd's embedding endpoint, as a watcher sees it.
 
 What memsearch's openai provider does per watcher event: one POST /v1/embeddings on a
-fresh connection (memd answers `Connection: close`, see memd/indexing/embed_server.py),
+fresh connection (memd answers `Connection: close`, see memd/indexing/daemon/embed_server.py),
 through the openai SDK. The endpoint runs on aiohttp since the proxy brought it in; its
 predecessor on `http.server` measured, in the same run on the same machine, is in
 docs/indexing.md.

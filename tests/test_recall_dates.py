@@ -1,5 +1,5 @@
 """Dates people say, resolved against the exchange's own time or the query's now, and
-what ranking does with them (memd.indexing.dates, memd.indexing.timing)."""
+what ranking does with them (memd.indexing.query.dates, memd.indexing.query.timing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from memd.indexing import dates, timing
+from memd.indexing.query import dates, timing
 
 SAID_AT = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # a Monday
 

@@ -17,8 +17,8 @@ from memd import recall as rc
 from memd.config import RecallConfig
 from memd.indexing import ranking
 from memd.indexing.analysis import terms
-from memd.indexing.embed_server import EmbeddingServer
-from memd.indexing.search import Hit
+from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.query.search import Hit
 from memd.layout import ClientLayout
 from memd.recall.service import relevant
 from memd.sessions.tracker import ClientSessions

@@ -14,7 +14,7 @@ recall@5 goes from 0.619 (plain lower-cased words) to 0.642 with stemming and 0.
 stemming and stop words.
 
 memd itself uses `terms()` (the same pipeline) to see which query terms a result holds,
-one of the two inputs of the relevance score (memd.indexing.ranking).
+one of the two inputs of the relevance score (memd.indexing.query.ranking).
 
 memsearch creates a client's collection without analyzer params when it is missing; memd
 creates it first (`create_collection`, memsearch 0.4.23's schema plus the analyzer) so the

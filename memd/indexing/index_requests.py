@@ -16,7 +16,7 @@ little-endian float32, as gRPC sends them: exact, and a fifth the size of decima
 
 The socket is made as the gRPC one (memd.indexing.children.index_server): in a private 0700
 folder, mode 0600, a stale file replaced; a peer of another uid is refused
-(SO_PEERCRED) on top. `memd.indexing.index_client` is memd's side; the index server's
+(SO_PEERCRED) on top. `memd.indexing.query.index_client` is memd's side; the index server's
 side (running the requests on the engine) is `memd.indexing.children.query_server`.
 """
 

@@ -9,7 +9,7 @@
   nothing (docs/quality.md).
 - `dated` adds one line to an exchange that says relative dates ("yesterday", "last
   Saturday", "two weeks ago"): each resolved against the exchange's own time, so an LLM
-  reading "I went yesterday" months later knows the day (memd.indexing.dates).
+  reading "I went yesterday" months later knows the day (memd.indexing.query.dates).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memd.indexing import Hit, Section, expand_hit
-from memd.indexing.dates import said_dates
+from memd.indexing.query.dates import said_dates
 from memd.markdown import SESSION_ID_RE, TITLE_SEP, parse_exchange_heading
 from memd.recall.context import FOLLOW_LABEL, clip_words
 from memd.recall.output import Memory

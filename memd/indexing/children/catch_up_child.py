@@ -3,7 +3,7 @@
 `maintenance.catch_up` runs memsearch's own indexing (`MemSearch.index_file`) with the
 watcher's settings. Run inside memd it cost memd pymilvus (and pandas, pyarrow, gRPC:
 ~65 MB PSS it never gave back) and seconds of its GIL per catch-up under load, beside
-recall. So memd runs this module instead (`memd.indexing.catch_up_run` builds the command
+recall. So memd runs this module instead (`memd.indexing.daemon.catch_up_run` builds the command
 and waits for it): a child forked from the zygote like the watchers (which preloaded
 memsearch and pymilvus, so it starts at once), or spawned plainly when the zygote is off
 or down. It runs once and is not restarted.

@@ -25,5 +25,14 @@ __all__ = ["Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_h
 
 __getattr__ = public_face(
     __name__,
-    {"search": ("Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_hit", "in_range")},
+    {
+        "search": (
+            "Hit",
+            "IndexSearcher",
+            "IndexUnavailableError",
+            "Section",
+            "expand_hit",
+            "in_range",
+        )
+    },
 )

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memd.indexing import timing
 from memd.indexing.analysis import terms
+from memd.indexing.query import timing
 from memd.markdown import parse_exchange_heading
 
 DEFAULT_BM25_WEIGHT = 0.7
@@ -89,7 +89,7 @@ def fuse(
     trust: float = 1.0,
 ) -> list[tuple[Candidate, float]]:
     """Candidates best first with their fused score (see the module docstring), plus what
-    `lift` adds to some of them (memd.indexing.timing); the BM25 half is weighed by
+    `lift` adds to some of them (memd.indexing.query.timing); the BM25 half is weighed by
     `trust` (Tuning.keyword_trust)."""
     best = max((c.bm25 for c in candidates), default=0.0)
     lift = lift or {}

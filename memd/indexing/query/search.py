@@ -1,6 +1,6 @@
 """In-process hybrid search and expand against one client's index, for recall.
 
-Recall reaches the client's index through `memd.indexing.index_client`: JSON lines to the
+Recall reaches the client's index through `memd.indexing.query.index_client`: JSON lines to the
 index server's second socket (a local index, so memd never imports pymilvus), or pymilvus
 for a scale-out Milvus server; the connection is kept; no memsearch process per call. The
 query is embedded in-process with the same model the watcher indexes with.
@@ -8,14 +8,14 @@ query is embedded in-process with the same model the watcher indexes with.
 The search asks the index for its two halves over the same filter, as memsearch's
 `MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request
 and a BM25 request, each for the best `CANDIDATES` chunks, ranked by normalised-score
-fusion and given a calibrated relevance score (memd.indexing.ranking; memsearch's equal-
+fusion and given a calibrated relevance score (memd.indexing.query.ranking; memsearch's equal-
 weight RRF lets the weaker half drag the stronger one down). Every RPC carries a
 deadline. Expand is memsearch's too (`memsearch expand`'s section
 rule, `extract_section`): the full markdown section a chunk belongs to.
 
 The raw requests (one dense, one BM25) are `halves`; their fusion is
-`ranking.fused_rows`; the query embedding is memd.indexing.query_embedding, time filters
-memd.indexing.time_filter.
+`ranking.fused_rows`; the query embedding is memd.indexing.query.query_embedding, time filters
+memd.indexing.query.time_filter.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class IndexSearcher:
     ) -> list[Hit]:
         """The top chunks for `query`, best first; [] when nothing is indexed yet.
 
-        Each hit's `score` is its calibrated relevance (memd.indexing.ranking)."""
+        Each hit's `score` is its calibrated relevance (memd.indexing.query.ranking)."""
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not query.strip():
@@ -231,7 +231,7 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        """Both halves, fused in memd (memd.indexing.ranking); `score` is the relevance.
+        """Both halves, fused in memd (memd.indexing.query.ranking); `score` is the relevance.
 
         Whether the collection exists, is loaded and holds rows is checked at most every
         READY_SECONDS (three round trips, ~10 ms of a recall under load); a search that

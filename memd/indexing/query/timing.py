@@ -1,10 +1,10 @@
 """Time in ranking: a query that names a period, or asks when, lifts the exchanges that answer it.
 
-Two lifts are added to a candidate's fused score (memd.indexing.ranking.fuse), measured
+Two lifts are added to a candidate's fused score (memd.indexing.query.ranking.fuse), measured
 on LoCoMo's dev split (bench/locomo.py, docs/quality.md):
 
 - `PERIOD_LIFT` when the query names a period ("in June", "on 8 May", "last week",
-  memd.indexing.dates.query_when) and the candidate's exchange happened then, or a date
+  memd.indexing.query.dates.query_when) and the candidate's exchange happened then, or a date
   said in it ("yesterday", "two weekends ago", resolved against the exchange's time)
   falls then. Two exchanges about camping, one in June and one in July: "when did she
   go camping in June?" should find the June one first.
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from memd.indexing import dates
-from memd.indexing.time_filter import exchange_time
+from memd.indexing.query.time_filter import exchange_time
 
 PERIOD_LIFT = 0.25
 WHEN_LIFT = 0.15

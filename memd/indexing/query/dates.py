@@ -6,7 +6,7 @@ ask "what did we do in May?". Recall uses this module twice:
 
 - `query_when(query, now)` reads the period a query names ("in May", "May 2023",
   "on 8 May", "in 2022", "last week", "three days ago"); ranking then lifts candidates
-  whose exchange (or a date said in it) falls in that period (memd.indexing.ranking).
+  whose exchange (or a date said in it) falls in that period (memd.indexing.query.ranking).
   A month or day without a year means that month in any year: the memory decides which.
 - `said_dates(text, when)` finds the relative dates said in an exchange and resolves them
   against the exchange's time, so a result can show "yesterday = 7 May 2023" and a date

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from memd.indexing import ranking
+from memd.indexing.query import ranking
 
 QUERY = "which novel do I enjoy reading"
 FACT = "**User:** My favourite sci-fi book is Dune.\n\n**Assistant:** Noted."

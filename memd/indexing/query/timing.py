@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from memd.indexing import dates
+from memd.indexing.query import dates
 from memd.indexing.query.time_filter import exchange_time
 
 PERIOD_LIFT = 0.25

@@ -32,7 +32,8 @@ from locomo import data_dir, load, normalise
 from locomo_report import BUCKETS
 
 from memd.config import load_config
-from memd.indexing import IndexSearcher, index_target, ranking
+from memd.indexing import IndexSearcher, index_target
+from memd.indexing.query import ranking
 from memd.layout import ClientLayout
 
 TOP = 10  # candidates per question that could be shown

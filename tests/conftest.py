@@ -48,7 +48,7 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
 
     yield start
     for proc in started:
-        proc.stop()
+        proc.end()
 
 
 @pytest.fixture(scope="module")
@@ -73,4 +73,4 @@ def module_daemon(
 
     yield get
     for proc, _ in running.values():
-        proc.stop()
+        proc.end()

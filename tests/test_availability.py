@@ -39,7 +39,7 @@ def _start(tmp: Path, limits: dict, clients: dict | None = None) -> DaemonProces
 def capped(tmp_path: Path) -> Iterator[DaemonProcess]:
     memd = _start(tmp_path, {"max_connections": 4, "max_buffered_mib": 1})
     yield memd
-    memd.stop()
+    memd.end()
 
 
 # --- 6. work bounded by what is kept ---------------------------------------------------------

@@ -41,7 +41,7 @@ def memd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     )
     proc = DaemonProcess(path).start()
     yield proc
-    proc.stop()
+    proc.end()
 
 
 def _raw(memd: DaemonProcess, line: bytes) -> object:

@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ async def complete(settings: LLMSettings, prompt: str, *, usage: Usage | None = 
     on its own for 429/5xx/connection errors; memd's slower backoff sits above it. An
     answered call's tokens are added to `usage` (the API's counts, else an estimate).
     """
+    await warm_up(settings.provider)  # outside the timeout: an import is not the LLM's time
     try:
         async with asyncio.timeout(settings.timeout):
             text, counts = await _call(settings, prompt)
@@ -110,9 +112,14 @@ async def complete(settings: LLMSettings, prompt: str, *, usage: Usage | None = 
 
 
 async def warm_up(provider: str) -> None:
-    """Import the provider's SDK in a thread, so the first call does not stall the loop."""
+    """Import the provider's SDK in a thread, so the first call does not stall the loop.
+
+    Done at the first call, not at start-up: a daemon that never compacts (no key, or
+    sessions still open) does not pay the SDK's import (openai: ~1.5 s of CPU, and
+    readiness waited for it).
+    """
     module = {"openai": "openai", "anthropic": "anthropic", "gemini": "google.genai"}.get(provider)
-    if module:
+    if module and module not in sys.modules:
         with contextlib.suppress(ImportError):
             await asyncio.to_thread(importlib.import_module, module)
 

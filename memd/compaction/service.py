@@ -82,7 +82,7 @@ class Compactor:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self, *, schedule: bool = True) -> Compactor:
-        await llm.warm_up(self.config.llm_provider)
+        # The LLM's SDK is imported (in a thread) at the first call: see llm.warm_up.
         self._tasks = [
             asyncio.create_task(self._worker(), name=f"compaction-worker-{i}")
             for i in range(self.max_concurrent)

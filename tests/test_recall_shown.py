@@ -15,9 +15,9 @@ import pytest
 
 from memd import recall as rc
 from memd.config import RecallConfig
-from memd.indexing.query import ranking
 from memd.indexing.analysis import terms
 from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.query import ranking
 from memd.indexing.query.search import Hit
 from memd.layout import ClientLayout
 from memd.recall.service import relevant

@@ -30,6 +30,7 @@ from memd.indexing.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.index_server import index_ready
 from memd.indexing.search import IndexSearcher
 from memd.indexing.shared_index import SHARED_NAME, SharedIndex
+from memd.indexing.watch_on_demand import WatchOnDemand
 from memd.layout import ClientLayout, write_memsearch_toml
 from memd.supervision import ChildSpec, Supervisor, procs
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
@@ -115,6 +116,8 @@ class Pipelines:
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
         self._shared: SharedIndex | None = None  # [supervision] shared_index_server
+        self.on_demand = WatchOnDemand(self.supervisor, 0.0)  # set up by start()
+        self._on_demand_task: asyncio.Task[None] | None = None
 
     async def start(self, config: Config) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
@@ -138,6 +141,8 @@ class Pipelines:
         for client_id in sorted(config.clients):
             await leftovers.reap_client(config, ClientLayout(config.memory_dir, client_id))
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        self.on_demand.idle_seconds = config.supervision.watcher_idle_minutes * 60
+        self._on_demand_task = asyncio.create_task(self.on_demand.run(), name="on-demand")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
     def _start_zygote(self, memory_dir: Path, wanted: bool) -> None:
@@ -226,6 +231,7 @@ class Pipelines:
         children.append(
             self._add_child(layout, "watch", watcher, watching, children[:1], gate=gate)
         )
+        self.on_demand.add(client_id, children[-1], layout.sessions)
         target = settings.index_target(config, layout)
         searcher = IndexSearcher(target, config.embedding, root=layout.root, embedder=self.embedder)
         self._pipelines[client_id] = _Pipeline(
@@ -337,6 +343,7 @@ class Pipelines:
 
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)
+        self.on_demand.remove(client_id)
         # Watcher first: it must not lose its index server in the middle of a write.
         for name in reversed(pipeline.children):
             if name != SHARED_NAME:
@@ -421,9 +428,10 @@ class Pipelines:
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop every child within `timeout`, then the endpoint."""
-        if self._catch_up_task is not None:
-            self._catch_up_task.cancel()
-            await asyncio.gather(self._catch_up_task, return_exceptions=True)
+        for task in (self._catch_up_task, self._on_demand_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._shared is not None:
             await self._shared.close()
         await self.supervisor.shutdown(timeout)

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import signal
 import socket
 import stat
 import sys
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -271,24 +268,11 @@ def index_ready(socket_path: Path | str, timeout: float = 0.5) -> bool:
 
 
 def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> int:
-    """Run until SIGINT/SIGTERM; the handlers only set an event."""
-    os.umask(0o077)  # database files and the socket are private to the user
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        server = open_index_server(data_dir, socket_path, workers)
-    except Exception as exc:
-        log.error("index.server_failed", error=str(exc), data_dir=str(data_dir))
-        return 1
-    started = time.monotonic()
-    print(json.dumps(server.ready_record()), flush=True)
-    try:
-        stop.wait()  # a signal interrupts the wait and its handler sets the event
-    finally:
-        log.info("index.server_stopping", uptime=round(time.monotonic() - started, 1))
-        server.stop()
-    return 0
+    """Run until SIGINT/SIGTERM, on an asyncio gRPC server (fewer idle wake-ups than the
+    thread-pool one: memd.indexing.index_server_aio)."""
+    from memd.indexing import index_server_aio
+
+    return index_server_aio.serve(data_dir, socket_path, workers)
 
 
 def main(argv: list[str] | None = None) -> int:

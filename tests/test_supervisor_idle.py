@@ -176,3 +176,24 @@ def test_on_demand_a_change_to_a_running_watcher_restarts_nothing(tmp_path) -> N
     sup.step(5.0)
     assert sup.child("ann/watch").state == S.RUNNING and len(spawner.procs) == 1
     assert on_demand.wakes == 0
+
+
+def test_a_gate_holds_back_a_start_from_idle() -> None:
+    """A watcher woken while the shared index server does not serve its socket waits."""
+    open_gate = False
+    spawner = FakeSpawner()
+    sup = Supervisor(spawner=spawner, clock=FakeClock())
+    sup.add(make_spec(startsecs=0.0), gate=lambda: open_gate)
+    open_gate = True
+    sup.step(0.0)
+    sup.step(0.1)
+    sup.park("w")
+    sup.step(0.2)
+    assert sup.child("w").state == S.IDLE
+    open_gate = False
+    sup.start("w")
+    sup.step(1.0)
+    assert sup.child("w").state == S.IDLE and len(spawner.procs) == 1
+    open_gate = True
+    sup.step(2.0)
+    assert sup.child("w").state == S.RUNNING and len(spawner.procs) == 2

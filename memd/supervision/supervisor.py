@@ -369,7 +369,7 @@ class Supervisor:
         # Only before a (re)start: a gate that connects to a socket must not wake its
         # server on every idle tick.
         state = self._children[name].state
-        return state not in (ProcessStates.STOPPED, *WAITING_STATES) or gate()
+        return state not in (ProcessStates.STOPPED, ProcessStates.IDLE, *WAITING_STATES) or gate()
 
     def _preferences_settled(self, name: str, now: float) -> bool:
         for pref in self._prefers.get(name, ()):

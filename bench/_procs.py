@@ -122,7 +122,7 @@ def idle_by_kind(pid: int, seconds: float) -> tuple[dict[str, float], dict[str, 
     cpu: dict[str, float] = defaultdict(float)
     wakes: dict[str, float] = defaultdict(float)
     for p in procs:
-        cpu[kinds[p.pid]] += 100 * (cpu_seconds([p]) - cpu0[p.pid]) / wall
+        cpu[kinds[p.pid]] += 100 * max(cpu_seconds([p]) - cpu0[p.pid], 0.0) / wall  # gone: 0
         wakes[kinds[p.pid]] += max(_switches(p.pid) - sw0[p.pid], 0) / wall
     cpu["total"] = sum(v for k, v in cpu.items() if k != "total")
     wakes["total"] = sum(v for k, v in wakes.items() if k != "total")

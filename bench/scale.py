@@ -192,6 +192,9 @@ def measure(
         time.sleep(10)  # let watchers index it and settle
         if idle_minutes:
             until(lambda: all_running(memd.call("daemon.status"), n, ("IDLE",)), 600)
+        # a one-shot catch-up child still running would count as "other" (and its exit
+        # during the window as negative CPU): measure once none is left
+        until(lambda: all(kind_of(p) != "other" for p in tree(memd.proc.pid)), 120)
         mem = memory_by_kind(memd.proc.pid)
         cpu, wakes = idle_by_kind(memd.proc.pid, idle)
         fresh = first_record_after_idle(memd, "c00")

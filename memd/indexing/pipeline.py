@@ -428,6 +428,7 @@ class Pipelines:
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop every child within `timeout`, then the endpoint."""
+        self.on_demand.close()
         for task in (self._catch_up_task, self._on_demand_task):
             if task is not None:
                 task.cancel()

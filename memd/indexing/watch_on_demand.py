@@ -79,6 +79,7 @@ class WatchOnDemand:
         self._changed = asyncio.Event()  # the set of watched folders changed
         self._poke = asyncio.Event()  # a new deadline: look again
         self.wakes = 0  # watchers started on demand (status, tests)
+        self._stop: asyncio.Event | None = None  # the running watch's stop event
 
     @property
     def enabled(self) -> bool:
@@ -133,6 +134,13 @@ class WatchOnDemand:
                 wait = min(wait, 1.0)  # not RUNNING yet (starting, failing): look again
         return max(wait, 0.05)
 
+    def close(self) -> None:
+        """Stop the watch's thread: it checks its stop event every step, and (with no
+        timeout) a cancelled awatch would otherwise wait for the next change."""
+        self.idle_seconds = 0.0
+        if self._stop is not None:
+            self._stop.set()
+
     def _client_of(self, path: str) -> str | None:
         changed = Path(path)
         for client_id, watched in self._clients.items():
@@ -146,7 +154,7 @@ class WatchOnDemand:
             return
         checks = asyncio.create_task(self._check_loop(), name="watchers-idle")
         try:
-            while True:
+            while self.enabled:
                 self._changed.clear()
                 folders = [w.sessions for w in self._clients.values() if w.sessions.is_dir()]
                 if not folders:
@@ -163,7 +171,7 @@ class WatchOnDemand:
 
     async def _watch(self, folders: list[Path]) -> None:
         """One watchfiles watch over `folders`, until the set of clients changes."""
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         waiter = asyncio.create_task(self._changed.wait())
         waiter.add_done_callback(lambda _: stop.set())
         try:
@@ -179,6 +187,7 @@ class WatchOnDemand:
                         self.touch(client_id)
         finally:
             waiter.cancel()
+            self._stop = None
 
     async def _check_loop(self) -> None:
         while True:

@@ -142,7 +142,6 @@ def _on_demand(tmp_path, idle: float = 60.0):  # type: ignore[no-untyped-def]
     sup.step(0.0)
     sessions = tmp_path / "sessions"
     sessions.mkdir()
-    (sessions / "s.md").write_text("# fresh\n")  # written just now: not idle yet
     on_demand = WatchOnDemand(sup, idle, clock=clock)
     on_demand.add("ann", "ann/watch", sessions)
     return on_demand, sup, clock, spawner

@@ -12,10 +12,10 @@ process is gone. Nothing is missed: the restarted watcher's start-up scan indexe
 file whose chunks changed, and the pipeline's catch-up re-checks the files changed since
 the last moment all its children ran.
 
-A watcher is parked only when RUNNING (its start-up scan done): at memd's start every
-watcher starts, indexes what changed while memd was down, and is parked right after if
-its newest session file is older than the idle time. The index server stays up: recall
-needs it.
+A watcher is parked only when RUNNING (its start-up scan done): at memd's start (and when
+a client is enabled) every watcher starts, indexes what changed while memd was down, and
+is parked once the idle time has passed since then without a change. The index server
+stays up: recall needs it.
 """
 
 from __future__ import annotations
@@ -52,17 +52,6 @@ class _Watched:
     last_change: float  # on the pipeline's clock
 
 
-def newest_mtime(folder: Path) -> float | None:
-    """Wall time of the newest file change under `folder` (None: empty or missing)."""
-    newest: float | None = None
-    with contextlib.suppress(OSError):
-        for path in folder.rglob("*"):
-            with contextlib.suppress(OSError):
-                mtime = path.stat().st_mtime
-                newest = mtime if newest is None else max(newest, mtime)
-    return newest
-
-
 class WatchOnDemand:
     """Parks idle clients' watchers and starts them again on a change (see the module)."""
 
@@ -86,11 +75,10 @@ class WatchOnDemand:
         return self.idle_seconds > 0
 
     def add(self, client_id: str, watcher: str, sessions: Path) -> None:
-        """Follow a client; its idle time counts from its newest session file's change."""
-        now = self._clock()
-        newest = newest_mtime(sessions)
-        age = max(time.time() - newest, 0.0) if newest is not None else self.idle_seconds
-        self._clients[client_id] = _Watched(watcher, sessions, now - age)
+        """Follow a client; its idle time counts from now (a watcher that just started is
+        not parked at once: status would flap, and a client being set up is about to
+        be used)."""
+        self._clients[client_id] = _Watched(watcher, sessions, self._clock())
         self._changed.set()
         self._poke.set()
 

@@ -7,6 +7,7 @@ that map them, so a sum of PSS is what N processes really cost together.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -90,3 +91,42 @@ def slope_per_minute(points: list[tuple[float, float]]) -> float:
     if var == 0:
         return float("nan")
     return 60 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def _switches(pid: int) -> int:
+    """Context switches (voluntary + not) of every thread of `pid` so far: each one is a
+    wake-up of that thread (a thread's own /proc/<pid>/status counts only itself)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def idle_by_kind(pid: int, seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Over `seconds` of idling: percent of one core and wake-ups (context switches of all
+    threads) per second, each per kind of process and in total."""
+    procs = tree(pid)
+    kinds = {p.pid: kind_of(p) for p in procs}
+    cpu0 = {p.pid: cpu_seconds([p]) for p in procs}
+    sw0 = {p.pid: _switches(p.pid) for p in procs}
+    start = time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - start
+    cpu: dict[str, float] = defaultdict(float)
+    wakes: dict[str, float] = defaultdict(float)
+    for p in procs:
+        cpu[kinds[p.pid]] += 100 * max(cpu_seconds([p]) - cpu0[p.pid], 0.0) / wall  # gone: 0
+        wakes[kinds[p.pid]] += max(_switches(p.pid) - sw0[p.pid], 0) / wall
+    cpu["total"] = sum(v for k, v in cpu.items() if k != "total")
+    wakes["total"] = sum(v for k, v in wakes.items() if k != "total")
+    return dict(cpu), dict(wakes)

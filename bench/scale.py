@@ -1,7 +1,7 @@
 """Cost of N enabled clients: memory per process kind, time to RUNNING, recovery, idle CPU.
 
     .venv/bin/python bench/scale.py [--clients 1 5 20] [--idle-seconds 60] [--no-zygote]
-                                    [--shared-index off|on|both]
+                                    [--shared-index off|on|both] [--on-demand off|on|both]
 
 For each N: start memd with N enabled clients (each gets an index server and a memsearch
 watch, forked from the zygote unless --no-zygote sets `supervision.zygote = false`; with
@@ -13,11 +13,16 @@ real work, then measure for memd, the zygote, the index servers and the watchers
 - RSS, PSS and USS from /proc/<pid>/smaps_rollup (PSS splits shared pages between the
   processes that map them, so a sum of PSS is what they cost together; USS is what each
   process alone holds);
-- the CPU each kind uses over an idle window, and the CPU seconds it had used by the time
-  all were RUNNING (start-up is CPU-bound on a busy 2-core box: this says how much work
-  the wait was);
+- the CPU and the wake-ups per second (context switches of all threads, from
+  /proc/<pid>/task/*/status) each kind uses over an idle window, and the CPU seconds it
+  had used by the time all were RUNNING (start-up is CPU-bound on a busy 2-core box: this
+  says how much work the wait was);
 - kill -9 of one watcher: until its replacement is RUNNING, and until an exchange recorded
   right after the kill is found by recall.
+- with --on-demand on (`supervision.watcher_idle_minutes`, see --idle-minutes) the
+  watchers are parked once idle: the idle window is measured with them IDLE, and the
+  first record after idle is timed until recall finds it (off: the same record, timed
+  with the watcher running);
 - memd's memory once more after that recall and the restart's catch-up, and whether it
   has loaded pymilvus's native stack (gRPC, pandas, pyarrow: issue 16 item 3).
 """
@@ -34,7 +39,7 @@ from typing import Any
 
 import psutil
 from _daemon import machine, running_daemon
-from _procs import KINDS, cpu_seconds, idle_cpu_by_kind, kind_of, tree
+from _procs import KINDS, cpu_seconds, idle_by_kind, kind_of, tree
 
 from memd.cli.client import RemoteError
 
@@ -83,13 +88,41 @@ def cpu_by_kind(pid: int) -> dict[str, float]:
     return dict(out)
 
 
-def all_running(status: dict[str, Any], n: int) -> bool:
+def all_running(status: dict[str, Any], n: int, watcher: tuple[str, ...] = ("RUNNING",)) -> bool:
+    """Every index server RUNNING and every watcher in one of `watcher`'s states."""
     clients = status["clients"]
     return len(clients) == n and all(
-        (c.get(k) or {}).get("state") == "RUNNING"
+        (c.get(k) or {}).get("state") in (("RUNNING",) if k == "index_server" else watcher)
         for c in clients.values()
         for k in ("index_server", "watcher")
     )
+
+
+def until(predicate: Any, timeout: float = 120.0) -> float:
+    """Seconds until predicate() is true (nan after timeout)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return float("nan")
+
+
+def first_record_after_idle(memd: Any, client: str) -> float:
+    """Seconds from recording an exchange (to a client whose watcher may be IDLE) until
+    recall finds it."""
+    start = time.monotonic()
+    memd.call(
+        "memory.record_exchange",
+        {
+            "client_id": client,
+            "conversation_id": "fresh",
+            "user": "Which locker holds the canoe paddles?",
+            "assistant": "The canoe paddles are in locker Gull-19.",
+        },
+    )
+    waited = until(lambda: recall_finds(memd, client, "canoe paddles locker", "Gull-19"))
+    return waited if waited != waited else time.monotonic() - start  # nan: not found
 
 
 def recall_finds(memd: Any, client: str, query: str, needle: str) -> bool:
@@ -136,13 +169,18 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
         return running.result(), found.result()
 
 
-def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str, Any]:
+def measure(
+    n: int, idle: float, zygote: bool, shared: bool = False, idle_minutes: float | None = None
+) -> dict[str, Any]:
     clients = {f"c{i:02d}": {"memory_enabled": True, "mode": "mcp_via_llm"} for i in range(n)}
-    supervision = {"zygote": zygote, "shared_index_server": shared}
+    supervision: dict[str, Any] = {"zygote": zygote, "shared_index_server": shared}
+    if idle_minutes is not None:  # None: a memd before issue 29, which has no such key
+        supervision["watcher_idle_minutes"] = idle_minutes
+    up = ("RUNNING", "IDLE") if idle_minutes else ("RUNNING",)
     started = time.monotonic()
     with running_daemon(clients=clients, supervision=supervision) as memd:
         answered = time.monotonic() - started
-        while not all_running(memd.call("daemon.status"), n):
+        while not all_running(memd.call("daemon.status"), n, up):
             time.sleep(0.1)
         ready = time.monotonic() - started
         start_cpu = cpu_by_kind(memd.proc.pid)
@@ -152,8 +190,15 @@ def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str
                 {"client_id": cid, "conversation_id": "x", "user": "warm up", "assistant": "ok"},
             )
         time.sleep(10)  # let watchers index it and settle
+        if idle_minutes:
+            until(lambda: all_running(memd.call("daemon.status"), n, ("IDLE",)), 600)
+        # a one-shot catch-up child still running would count as "other" (and its exit
+        # during the window as negative CPU): measure once none is left
+        until(lambda: all(kind_of(p) != "other" for p in tree(memd.proc.pid)), 120)
         mem = memory_by_kind(memd.proc.pid)
-        cpu = idle_cpu_by_kind(memd.proc.pid, idle)
+        cpu, wakes = idle_by_kind(memd.proc.pid, idle)
+        fresh = first_record_after_idle(memd, "c00")
+        until(lambda: memd.call("daemon.status")["clients"]["c00"]["watcher"]["pid"])
         restart, recallable = kill_watcher(memd, "c00")
         time.sleep(3)  # the restart's catch-up (in memd before issue 16 item 3) has run
         after = smaps_rollup(memd.proc.pid)
@@ -169,6 +214,9 @@ def measure(n: int, idle: float, zygote: bool, shared: bool = False) -> dict[str
         "start_cpu": start_cpu,
         "mem": mem,
         "cpu": cpu,
+        "wakes": wakes,
+        "fresh_s": fresh,
+        "idle_minutes": idle_minutes,
         "restart_s": restart,
         "recallable_s": recallable,
         "forked": forked,
@@ -187,8 +235,13 @@ def report(r: dict[str, Any]) -> None:
         flush=True,
     )
     print(
+        f"  watchers on demand: {r['idle_minutes'] or 0:g} min idle "
+        f"({'off' if not r['idle_minutes'] else 'on'}); first record after idle "
+        f"recallable {r['fresh_s']:.2f} s after it was recorded"
+    )
+    print(
         f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "
-        f"{'PSS/proc':>9} {'idle CPU %':>10} {'start CPU s':>11}"
+        f"{'PSS/proc':>9} {'idle CPU %':>10} {'wakeups/s':>9} {'start CPU s':>11}"
     )
     for kind in (*KINDS, "other", "total"):
         m = mem.get(kind)
@@ -198,7 +251,7 @@ def report(r: dict[str, Any]) -> None:
         print(
             f"  {kind:<13} {count:>3} {m['rss']:>8.0f} {m['pss']:>8.0f} {m['uss']:>8.0f} "
             f"{m['pss'] / count:>9.1f} {cpu.get(kind, 0.0):>10.2f} "
-            f"{r['start_cpu'].get(kind, 0.0):>11.1f}"
+            f"{r['wakes'].get(kind, 0.0):>9.1f} {r['start_cpu'].get(kind, 0.0):>11.1f}"
         )
     after = r["memd_after"]
     print(
@@ -225,12 +278,31 @@ def main() -> None:
         default="off",
         help="supervision.shared_index_server; both: each N without it, then with it",
     )
+    ap.add_argument(
+        "--on-demand",
+        choices=("none", "off", "on", "both"),
+        default="off",
+        help="watchers on demand (supervision.watcher_idle_minutes): off is 0; both: each "
+        "N without, then with; none: the key is not written (a memd without it)",
+    )
+    ap.add_argument("--idle-minutes", type=float, default=0.25, help="watcher_idle_minutes when on")
     args = ap.parse_args()
     shared = {"off": (False,), "on": (True,), "both": (False, True)}[args.shared_index]
+    idles: dict[str, tuple[float | None, ...]] = {
+        "none": (None,),
+        "off": (0.0,),
+        "on": (args.idle_minutes,),
+        "both": (0.0, args.idle_minutes),
+    }
     print(machine(), f"(psutil {psutil.__version__})")
     for n in args.clients:
         for on in shared:
-            report(measure(n, args.idle_seconds, zygote=not args.no_zygote, shared=on))
+            for minutes in idles[args.on_demand]:
+                report(
+                    measure(
+                        n, args.idle_seconds, not args.no_zygote, shared=on, idle_minutes=minutes
+                    )
+                )
     print(machine())
 
 

@@ -122,11 +122,11 @@ def fail_fast(child: Child, spawner: FakeSpawner, at: float, code: int = 1) -> N
 
 
 def test_state_groups_match_supervisord() -> None:
-    assert len(ALL_STATES) == 7
+    assert len(ALL_STATES) == 8
     assert set(RUNNING_STATES) == {S.STARTING, S.RUNNING, S.BACKOFF}
-    assert set(STOPPED_STATES) == {S.STOPPED, S.EXITED, S.FATAL}
+    assert set(STOPPED_STATES) == {S.STOPPED, S.EXITED, S.FATAL, S.IDLE}
     assert set(SIGNALLABLE_STATES) == {S.STARTING, S.RUNNING, S.STOPPING}
-    assert set(IDLE_STATES) == {S.STOPPED, S.FATAL}
+    assert set(IDLE_STATES) == {S.STOPPED, S.FATAL, S.IDLE}
 
 
 def test_start_counts_as_success_only_after_startsecs() -> None:

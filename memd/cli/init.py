@@ -101,6 +101,7 @@ TEMPLATE = """\
 # [supervision]               # read at start only
 # zygote = {zygote}               # fork children from one preloaded process
 # shared_index_server = {shared} # every client's index in one process (docs/supervision.md)
+# watcher_idle_minutes = {idle}   # stop an idle client's watcher, start it on a change; 0: never
 
 # Memory is opt-in per client: only clients listed here with memory_enabled = true are
 # recorded. Modes with memory: {memory_modes}.
@@ -174,6 +175,7 @@ def render(client: str, mode: str) -> str:
         llm=top.compaction.llm_provider,
         zygote=str(top.supervision.zygote).lower(),
         shared=str(top.supervision.shared_index_server).lower(),
+        idle=top.supervision.watcher_idle_minutes,
         memory_modes=", ".join(MEMORY_MODES),
         c=top.compaction,
         p=_toml_values(top.proxy),

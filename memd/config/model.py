@@ -139,10 +139,13 @@ class SupervisionConfig:
     every client's index (its own database and socket, as before) from one process
     (memd.indexing.children.shared_index_server) instead of one process per client; ~25 MB and
     a fraction of the idle CPU per client less, but one crash stops every client's index
-    until it is restarted. Read at start only."""
+    until it is restarted. watcher_idle_minutes: a client's watcher is stopped (IDLE) after
+    this long without a change to its sessions/ and started again on the next one
+    (memd.indexing.daemon.watch_on_demand); 0: never. Read at start only."""
 
     zygote: bool = True
     shared_index_server: bool = False
+    watcher_idle_minutes: float = 10.0
 
 
 @dataclass(frozen=True)

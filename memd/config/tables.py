@@ -22,6 +22,7 @@ from memd.config.model import (
     PrivacyConfig,
     ProxyConfig,
     RecallConfig,
+    SupervisionConfig,
     UiConfig,
     parse_listen,
 )
@@ -174,6 +175,12 @@ def _privacy(parser: Parser, _data: Mapping[str, Any], priv: PrivacyConfig) -> N
             raise parser.fail(f"privacy.allow[{i}]", f"{kind!r} is not a kind ({known})")
 
 
+def _supervision(parser: Parser, _data: Mapping[str, Any], sup: SupervisionConfig) -> None:
+    minutes = sup.watcher_idle_minutes
+    if not 0 <= minutes < float("inf"):  # also NaN
+        raise parser.fail("supervision.watcher_idle_minutes", "must be 0 (never) or more")
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -191,4 +198,5 @@ _RULES: dict[str, Callable[[Parser, Mapping[str, Any], Any], None]] = {
     "ui": _ui,
     "limits": _limits,
     "privacy": _privacy,
+    "supervision": _supervision,
 }

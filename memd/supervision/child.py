@@ -15,6 +15,8 @@ Lifecycle (what `step` does):
     STARTING/RUNNING --stop--> STOPPING --exits--> STOPPED
     STOPPING --stop_timeout--> SIGKILL to the group --exits--> STOPPED
     BACKOFF/EXITED --stop--> STOPPED
+    RUNNING --park--> STOPPING --exits--> IDLE --start--> STARTING   (on demand)
+    IDLE --stop--> STOPPED
 
 The restart delay starts at backoff_start, doubles after every failure (fast or not) up to
 backoff_cap, and goes back to backoff_start once the child has been RUNNING for
@@ -44,13 +46,14 @@ HOUSEKEEP_EVERY = 10.0  # seconds between log-size checks of a live child
 
 # new state -> the states it may be entered from
 _ALLOWED_FROM: dict[str, frozenset[str]] = {
-    S.STARTING: frozenset((S.STOPPED, S.BACKOFF, S.EXITED)),
+    S.STARTING: frozenset((S.STOPPED, S.BACKOFF, S.EXITED, S.IDLE)),
     S.RUNNING: frozenset((S.STARTING,)),
     S.BACKOFF: frozenset((S.STARTING,)),
     S.STOPPING: frozenset((S.STARTING, S.RUNNING)),
     S.EXITED: frozenset((S.RUNNING,)),
-    S.STOPPED: frozenset((S.STOPPING, S.BACKOFF, S.EXITED, S.FATAL)),
+    S.STOPPED: frozenset((S.STOPPING, S.BACKOFF, S.EXITED, S.FATAL, S.IDLE)),
     S.FATAL: frozenset((S.BACKOFF,)),
+    S.IDLE: frozenset((S.STOPPING,)),
 }
 
 
@@ -83,6 +86,7 @@ class Child:
         self.log_tail = ""
         self._next_housekeep = 0.0
         self._log = log.bind(name=spec.name)
+        self.parking = False  # the STOPPING under way ends in IDLE, not STOPPED
 
     # -- the one place a state changes --------------------------------------------------
 
@@ -98,8 +102,8 @@ class Child:
     # -- commands -----------------------------------------------------------------------
 
     def start(self, now: float) -> None:
-        """Spawn from STOPPED with a fresh retry budget; no-op in any other state."""
-        if self.state != S.STOPPED:
+        """Spawn from STOPPED or IDLE with a fresh retry budget; no-op in any other state."""
+        if self.state not in (S.STOPPED, S.IDLE):
             return
         self.retries = 0
         self._healthy()
@@ -115,6 +119,19 @@ class Child:
         elif self.state in WAITING_STATES:
             self.next_start_at = None
             self._change_state(S.STOPPED)
+        elif self.state == S.IDLE:
+            self._change_state(S.STOPPED)
+        self.parking = False  # an explicit stop wins over a park under way
+
+    def park(self, now: float) -> bool:
+        """Stop a RUNNING child because its work is idle: it ends IDLE (not a failure, no
+        backoff) and start() brings it back. False (nothing done) in any other state: a
+        starting or failing child keeps its own rules."""
+        if self.state != S.RUNNING:
+            return False
+        self.stop(now)
+        self.parking = True
+        return True
 
     def kill(self, now: float) -> None:
         """Stop now: SIGKILL to the group (used when a shutdown runs out of time)."""
@@ -223,7 +240,7 @@ class Child:
         self.last_error = "did not exit after SIGKILL"
         self.proc = None  # its pidfile stays, so the next memd start reaps it
         if self.state == S.STOPPING:
-            self._change_state(S.STOPPED)
+            self._stopped()
         else:
             self._fast_failure(now)
 
@@ -239,7 +256,7 @@ class Child:
         emit("child exited", pid=self.proc.pid, code=info.code, signal=info.signal_name)
         self.proc.release()
         if self.state == S.STOPPING:
-            self._change_state(S.STOPPED)
+            self._stopped()
         elif self.state == S.STARTING:
             if self.killed_at is None:
                 self.last_error = f"{info} while starting"
@@ -253,6 +270,10 @@ class Child:
             self._change_state(S.EXITED)
             self._schedule(now, at_once=self.at_once)
         self.proc = None  # after the transitions, so their log lines still carry the pid
+
+    def _stopped(self) -> None:
+        self._change_state(S.IDLE if self.parking else S.STOPPED)
+        self.parking = False
 
     def _fast_failure(self, now: float) -> None:
         self.retries += 1

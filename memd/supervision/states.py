@@ -12,6 +12,9 @@ class ProcessStates:
     STOPPING = "STOPPING"  # stop signal sent; SIGKILL to the group when stop_timeout passes
     EXITED = "EXITED"  # died after reaching RUNNING; waits its backoff, then restarts
     FATAL = "FATAL"  # too many fast failures in a row; stays down until reset()
+    # Stopped on purpose because its work is idle (a watcher whose client wrote nothing for
+    # a while); started again by start() on demand. Not a failure: no backoff, no retries.
+    IDLE = "IDLE"
 
 
 ALL_STATES = frozenset(
@@ -23,6 +26,7 @@ ALL_STATES = frozenset(
         ProcessStates.STOPPING,
         ProcessStates.EXITED,
         ProcessStates.FATAL,
+        ProcessStates.IDLE,
     )
 )
 
@@ -30,7 +34,9 @@ ALL_STATES = frozenset(
 RUNNING_STATES = frozenset((ProcessStates.STARTING, ProcessStates.RUNNING, ProcessStates.BACKOFF))
 
 # No process exists (supervisord's STOPPED_STATES).
-STOPPED_STATES = frozenset((ProcessStates.STOPPED, ProcessStates.EXITED, ProcessStates.FATAL))
+STOPPED_STATES = frozenset(
+    (ProcessStates.STOPPED, ProcessStates.EXITED, ProcessStates.FATAL, ProcessStates.IDLE)
+)
 
 # A live process exists that signals can reach.
 SIGNALLABLE_STATES = frozenset(
@@ -41,4 +47,4 @@ SIGNALLABLE_STATES = frozenset(
 WAITING_STATES = frozenset((ProcessStates.BACKOFF, ProcessStates.EXITED))
 
 # Nothing will happen until someone calls start() or reset(): what a stop waits for.
-IDLE_STATES = frozenset((ProcessStates.STOPPED, ProcessStates.FATAL))
+IDLE_STATES = frozenset((ProcessStates.STOPPED, ProcessStates.FATAL, ProcessStates.IDLE))

@@ -175,6 +175,15 @@ class Supervisor:
             self.start(name)
         return stopped
 
+    def park(self, name: str) -> bool:
+        """Stop a RUNNING child because its work is idle: it ends IDLE, and `start()` (on
+        demand) brings it back. False if it was not RUNNING (it keeps its own rules)."""
+        if not self._children[name].park(self._clock()):
+            return False
+        self._wanted.discard(name)
+        self._poke()
+        return True
+
     def reset(self, name: str) -> bool:
         """Give a FATAL child a fresh retry budget and want it up again."""
         child = self._children[name]
@@ -225,16 +234,18 @@ class Supervisor:
             may_start = wanted and time.monotonic() < budget_end
             self._held_back |= wanted and not may_start and self._would_spawn(child, now)
             before = child.state
-            if may_start and child.state == ProcessStates.STOPPED:
+            if may_start and child.state in (ProcessStates.STOPPED, ProcessStates.IDLE):
                 self._guarded(child, child.start, now)
             self._guarded(child, child.step, now, can_spawn=may_start)
+            if may_start and child.state == ProcessStates.IDLE:  # woken while it stopped
+                self._guarded(child, child.start, now)
             changed |= child.state != before
         if changed and self.changed is not None:
             self.changed.set()
 
     @staticmethod
     def _would_spawn(child: Child, now: float) -> bool:
-        if child.state == ProcessStates.STOPPED:
+        if child.state in (ProcessStates.STOPPED, ProcessStates.IDLE):
             return True
         due = child.next_start_at
         return child.state in WAITING_STATES and due is not None and now >= due
@@ -358,7 +369,7 @@ class Supervisor:
         # Only before a (re)start: a gate that connects to a socket must not wake its
         # server on every idle tick.
         state = self._children[name].state
-        return state not in (ProcessStates.STOPPED, *WAITING_STATES) or gate()
+        return state not in (ProcessStates.STOPPED, ProcessStates.IDLE, *WAITING_STATES) or gate()
 
     def _preferences_settled(self, name: str, now: float) -> bool:
         for pref in self._prefers.get(name, ()):

@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import stat
 import sys
-import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -209,22 +207,11 @@ def check_private_dir(path: Path) -> None:
 
 
 def serve(data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS) -> int:
-    """Run until SIGINT/SIGTERM; the handlers only set an event."""
-    os.umask(0o077)  # database files and the socket are private to the user
-    stop = startup.stop_event()
-    try:
-        server = open_index_server(data_dir, socket_path, workers)
-    except Exception as exc:
-        log.error("index.server_failed", error=str(exc), data_dir=str(data_dir))
-        return 1
-    started = time.monotonic()
-    print(json.dumps(server.ready_record()), flush=True)
-    try:
-        stop.wait()  # a signal interrupts the wait and its handler sets the event
-    finally:
-        log.info("index.server_stopping", uptime=round(time.monotonic() - started, 1))
-        server.stop()
-    return 0
+    """Run until SIGINT/SIGTERM, on an asyncio gRPC server (fewer idle wake-ups than the
+    thread-pool one: memd.indexing.children.index_server_aio)."""
+    from memd.indexing.children import index_server_aio
+
+    return index_server_aio.serve(data_dir, socket_path, workers)
 
 
 def main(argv: list[str] | None = None) -> int:

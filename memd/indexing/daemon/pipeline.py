@@ -35,6 +35,7 @@ from memd.indexing.daemon.servers import (
     index_servers,
 )
 from memd.indexing.daemon.settings import ensure_dirs
+from memd.indexing.daemon.watch_on_demand import WatchOnDemand
 from memd.indexing.daemon.zygote import ZYGOTE_MODULES, start_zygote, zygote_status
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import Endpoint, effective_model, uses_embedded_model
@@ -103,6 +104,8 @@ class Pipelines:
         self._catch_up_task: asyncio.Task[None] | None = None
         # A server per client until `start` reads [supervision] shared_index_server.
         self._servers: IndexServers = OwnServers(self.supervisor, self._prefers)
+        self.on_demand = WatchOnDemand(self.supervisor, 0.0)  # set up by start()
+        self._on_demand_task: asyncio.Task[None] | None = None
 
     async def start(self, config: Config) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
@@ -176,6 +179,7 @@ class Pipelines:
             prefers=self._prefers(),
             gate=served.gate if served else None,
         )
+        self.on_demand.add(plan.client_id, watcher, layout.sessions)
         searcher = IndexSearcher(
             plan.target, config.embedding, root=layout.root, embedder=self.embedder
         )
@@ -329,9 +333,11 @@ class Pipelines:
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop every child within `timeout`, then the endpoint."""
-        if self._catch_up_task is not None:
-            self._catch_up_task.cancel()
-            await asyncio.gather(self._catch_up_task, return_exceptions=True)
+        self.on_demand.close()
+        for task in (self._catch_up_task, self._on_demand_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self._servers.close()
         await self.supervisor.shutdown(timeout)
         if self.spawner is not None:

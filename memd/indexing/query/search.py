@@ -1,21 +1,16 @@
 """In-process hybrid search and expand against one client's index, for recall.
 
-Recall reaches the client's index through `memd.indexing.query.index_client`: JSON lines to the
-index server's second socket (a local index, so memd never imports pymilvus), or pymilvus
-for a scale-out Milvus server; the connection is kept; no memsearch process per call. The
-query is embedded in-process with the same model the watcher indexes with.
+Recall reaches the index through `index_client`: JSON lines to the index server's second
+socket (so memd never imports pymilvus), or pymilvus for a Milvus server; the connection
+is kept. The query is embedded in-process with the model the watcher indexes with.
 
 The search asks the index for its two halves over the same filter, as memsearch's
 `MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request
-and a BM25 request, each for the best `CANDIDATES` chunks, ranked by normalised-score
-fusion and given a calibrated relevance score (memd.indexing.query.ranking; memsearch's equal-
-weight RRF lets the weaker half drag the stronger one down). Every RPC carries a
-deadline. Expand is memsearch's too (`memsearch expand`'s section
-rule, `extract_section`): the full markdown section a chunk belongs to.
-
-The raw requests (one dense, one BM25) are `halves`; their fusion is
-`ranking.fused_rows`; the query embedding is memd.indexing.query.query_embedding, time filters
-memd.indexing.query.time_filter.
+and a BM25 request (`halves`), each for the best `CANDIDATES` chunks, fused and given a
+calibrated relevance by `ranking.fused_rows` (memsearch's equal-weight RRF lets the weaker
+half drag the stronger one down). Every RPC carries a deadline. Expand is memsearch's
+section rule (`extract_section`): the full markdown section a chunk belongs to. The query
+embedding is `query_embedding`, time filters `time_filter`.
 """
 
 from __future__ import annotations

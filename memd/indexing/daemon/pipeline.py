@@ -126,6 +126,8 @@ class Pipelines:
         for client_id in sorted(config.clients):
             await leftovers.reap_client(config, ClientLayout(config.memory_dir, client_id))
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        self.on_demand.idle_seconds = config.supervision.watcher_idle_minutes * 60
+        self._on_demand_task = asyncio.create_task(self.on_demand.run(), name="on-demand")
         self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
 
     def zygote_status(self) -> dict[str, Any] | None:
@@ -250,6 +252,7 @@ class Pipelines:
 
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)
+        self.on_demand.remove(client_id)
         # Watcher first: it must not lose its index server in the middle of a write.
         await self.supervisor.remove(pipeline.watcher)
         if pipeline.served is not None:

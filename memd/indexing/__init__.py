@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.indexing.daemon import (
@@ -44,70 +44,5 @@ if TYPE_CHECKING:
         in_range,
     )
     from memd.indexing.targets import IndexTarget
-
-__all__ = [
-    "ClientPlan",
-    "Hit",
-    "IndexBusyError",
-    "IndexSearcher",
-    "IndexTarget",
-    "IndexUnavailableError",
-    "Pipelines",
-    "Section",
-    "catch_up",
-    "collection_name",
-    "ensure_dirs",
-    "expand_hit",
-    "in_range",
-    "index_server_command",
-    "index_socket_path",
-    "index_spec",
-    "index_target",
-    "memsearch_toml",
-    "milvus_data_dir",
-    "needs_rebuild",
-    "prepare_index",
-    "read_spec",
-    "rebuild",
-    "watcher_command",
-    "watcher_home",
-    "watcher_ready",
-    "write_spec",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "daemon": (
-            "ClientPlan",
-            "IndexBusyError",
-            "Pipelines",
-            "catch_up",
-            "collection_name",
-            "ensure_dirs",
-            "index_server_command",
-            "index_socket_path",
-            "index_spec",
-            "index_target",
-            "memsearch_toml",
-            "milvus_data_dir",
-            "needs_rebuild",
-            "prepare_index",
-            "read_spec",
-            "rebuild",
-            "watcher_command",
-            "watcher_home",
-            "watcher_ready",
-            "write_spec",
-        ),
-        "query": (
-            "Hit",
-            "IndexSearcher",
-            "IndexUnavailableError",
-            "Section",
-            "expand_hit",
-            "in_range",
-        ),
-        "targets": ("IndexTarget",),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

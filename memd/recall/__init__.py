@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.recall.output import Memory, Source, allot, clip, render
@@ -28,60 +28,5 @@ if TYPE_CHECKING:
         parse_time,
         tool_definition,
     )
-
-__all__ = [
-    "MAX_QUERY_CHARS",
-    "NO_RESULTS",
-    "OVERFETCH",
-    "SERVER_NAME",
-    "Memory",
-    "RecallArgs",
-    "RecallArgumentError",
-    "RecallBusyError",
-    "RecallLane",
-    "RecallTimeoutError",
-    "Source",
-    "allot",
-    "clip",
-    "collect",
-    "contained_path",
-    "instructions",
-    "parse_arguments",
-    "parse_time",
-    "recall",
-    "render",
-    "tool_definition",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "output": (
-            "Memory",
-            "Source",
-            "allot",
-            "clip",
-            "render",
-        ),
-        "service": (
-            "OVERFETCH",
-            "RecallBusyError",
-            "RecallLane",
-            "RecallTimeoutError",
-            "collect",
-            "contained_path",
-            "recall",
-        ),
-        "tool": (
-            "MAX_QUERY_CHARS",
-            "NO_RESULTS",
-            "RecallArgs",
-            "RecallArgumentError",
-            "SERVER_NAME",
-            "instructions",
-            "parse_arguments",
-            "parse_time",
-            "tool_definition",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

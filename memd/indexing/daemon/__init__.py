@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.indexing.daemon.maintenance import (
@@ -38,60 +38,5 @@ if TYPE_CHECKING:
         milvus_data_dir,
         watcher_home,
     )
-
-__all__ = [
-    "ClientPlan",
-    "IndexBusyError",
-    "IndexServers",
-    "Pipelines",
-    "catch_up",
-    "collection_name",
-    "ensure_dirs",
-    "index_server_command",
-    "index_socket_path",
-    "index_spec",
-    "index_target",
-    "memsearch_toml",
-    "milvus_data_dir",
-    "needs_rebuild",
-    "prepare_index",
-    "read_spec",
-    "rebuild",
-    "watcher_command",
-    "watcher_home",
-    "watcher_ready",
-    "write_spec",
-]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "maintenance": (
-            "IndexBusyError",
-            "catch_up",
-            "needs_rebuild",
-            "prepare_index",
-            "read_spec",
-            "rebuild",
-            "watcher_ready",
-            "write_spec",
-        ),
-        "pipeline": ("Pipelines",),
-        "plan": (
-            "ClientPlan",
-            "index_server_command",
-            "index_spec",
-            "index_target",
-            "memsearch_toml",
-            "watcher_command",
-        ),
-        "servers": ("IndexServers",),
-        "settings": (
-            "collection_name",
-            "ensure_dirs",
-            "index_socket_path",
-            "milvus_data_dir",
-            "watcher_home",
-        ),
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memd import public_face
+from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.indexing.query.search import (
@@ -20,19 +20,5 @@ if TYPE_CHECKING:
         expand_hit,
         in_range,
     )
-
-__all__ = ["Hit", "IndexSearcher", "IndexUnavailableError", "Section", "expand_hit", "in_range"]
-
-__getattr__ = public_face(
-    __name__,
-    {
-        "search": (
-            "Hit",
-            "IndexSearcher",
-            "IndexUnavailableError",
-            "Section",
-            "expand_hit",
-            "in_range",
-        )
-    },
-)
+else:
+    __getattr__ = lazy_face(__name__, __file__)

@@ -29,6 +29,9 @@ class ClientServices(Protocol):
     @property
     def searcher(self) -> IndexSearcher | None: ...
 
+    def wrote(self) -> None:
+        """memd wrote to the client's sessions/: its index should follow now."""
+
 
 class Services(Protocol):
     """The per-client services in force and the one config they follow."""

@@ -28,8 +28,11 @@ async def import_exchanges(app: App, params: JsonParams) -> dict[str, Any]:
         raise InvalidParams(
             f"exchanges must hold 1 to {MAX_IMPORT} exchanges", data={"param": "exchanges"}
         )
-    sessions = (await app.runtime.client(client_id)).sessions
-    results = await sessions.import_exchanges(conversation_id, exchanges, session_id, title)
+    services = await app.runtime.client(client_id)
+    results = await services.sessions.import_exchanges(
+        conversation_id, exchanges, session_id, title
+    )
+    services.wrote()
     return {"results": results}
 
 

@@ -65,10 +65,12 @@ async def record_exchange(app: App, params: JsonParams) -> dict[str, Any]:
         assistant = p.require("assistant", str)
         timestamp = p.optional("timestamp", str)
         exchange_id = p.optional("exchange_id", str)
-    sessions = (await app.runtime.client(client_id)).sessions
-    return await sessions.record_exchange(
+    services = await app.runtime.client(client_id)
+    result = await services.sessions.record_exchange(
         conversation_id, user, assistant, timestamp, exchange_id=exchange_id
     )
+    services.wrote()
+    return result
 
 
 async def record_chat(app: App, params: JsonParams) -> dict[str, Any]:
@@ -78,8 +80,10 @@ async def record_chat(app: App, params: JsonParams) -> dict[str, Any]:
         response = p.require("response", dict)
         timestamp = p.optional("timestamp", str)
         after = p.optional("after", str)
-    sessions = (await app.runtime.client(client_id)).sessions
-    return await sessions.record_chat(messages, response, timestamp, after)
+    services = await app.runtime.client(client_id)
+    result = await services.sessions.record_chat(messages, response, timestamp, after)
+    services.wrote()
+    return result
 
 
 async def sessions_list(app: App, params: JsonParams) -> dict[str, Any]:

@@ -45,6 +45,11 @@ class ClientRuntime:
         """The client's index for recall; None while its pipeline is (re)starting."""
         return self.pipelines.searcher(self.layout.client_id)
 
+    def wrote(self) -> None:
+        """A record landed in sessions/: a watcher parked as idle starts now, not when
+        memd's own watch of sessions/ sees the write a second later."""
+        self.pipelines.wake(self.layout.client_id)
+
     async def close(self) -> None:
         try:
             await self.sessions.close()

@@ -137,6 +137,10 @@ class Pipelines:
     def _prefers(self) -> tuple[str, ...]:
         return (ZYGOTE_NAME,) if ZYGOTE_NAME in self.supervisor else ()
 
+    def wake(self, client_id: str) -> None:
+        """The client's sessions/ changed: restart its idle time, start a parked watcher."""
+        self.on_demand.touch(client_id)
+
     def searcher(self, client_id: str) -> IndexSearcher | None:
         pipeline = self._pipelines.get(client_id)
         return pipeline.searcher if pipeline else None

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memd.config import Config
+from memd.indexing.children import DONE_EVENT, changed_files
 from memd.indexing.daemon.plan import ClientPlan
-from memd.indexing.daemon.programs import DONE_EVENT, changed_files
 from memd.indexing.daemon.settings import Command
 from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout

@@ -21,7 +21,7 @@ from typing import Any
 
 from memd.config import Config, EmbeddingConfig
 from memd.indexing import analysis, embedding
-from memd.indexing.daemon import programs
+from memd.indexing import children as programs
 from memd.indexing.daemon.settings import (
     TOKEN_ENV,
     Command,

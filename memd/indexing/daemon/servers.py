@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memd.config import Config
+from memd.indexing.children import index_ready
 from memd.indexing.daemon.plan import ClientPlan
-from memd.indexing.daemon.programs import index_ready
 from memd.indexing.daemon.settings import Command
 from memd.indexing.daemon.shared_index import SHARED_NAME, SharedIndex
 from memd.supervision import ChildSpec, Supervisor, procs

@@ -34,9 +34,9 @@ from typing import Any
 import structlog
 
 from memd import trust
-from memd.indexing.daemon import programs
+from memd.indexing import children as programs
+from memd.indexing.children import index_ready
 from memd.indexing.daemon.plan import server_env
-from memd.indexing.daemon.programs import index_ready
 from memd.indexing.daemon.settings import runtime_dir
 from memd.supervision import ChildSpec, Supervisor
 from memd.supervision.states import ProcessStates

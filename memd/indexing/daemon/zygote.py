@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memd.indexing.daemon.programs import MODULES as ZYGOTE_MODULES
+from memd.indexing.children import MODULES as ZYGOTE_MODULES
 from memd.indexing.daemon.settings import runtime_dir
 from memd.supervision import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec

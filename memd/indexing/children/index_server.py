@@ -27,11 +27,9 @@ SIGINT/SIGTERM: stop serving (2 s grace), close the database, remove the socket.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import stat
 import sys
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -63,32 +61,21 @@ def zygote_preload() -> None:
 
 
 class IndexServer:
-    """One client's index: open the database, serve it on the socket, tear both down.
+    """One client's index: open the database, bind it to a gRPC server, close both down.
 
-    The single-client process (`serve`) runs one; memd's shared index server
-    (`memd.indexing.children.shared_index_server`) runs one per client in a single process.
+    The gRPC server is a `grpc.aio` one owned by a `ClientServer`
+    (`memd.indexing.children.shared_index_server`): the single-client process (`serve`,
+    `memd.indexing.children.index_server_aio`) runs one, the shared index server one per
+    client in a single process. There is no thread-pool server any more: it woke 13-17
+    times a second idle (docs/performance.md, "gRPC's idle wake-ups").
     """
 
-    def __init__(self, data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS):
+    def __init__(self, data_dir: Path, socket_path: Path):
         self.data_dir = data_dir
         self.socket_path = socket_path
-        self._workers = workers
         self._db: Any = None
-        self._server: Any = None
         self._bound = False
         self._queries: query_server.QueryServer | None = None  # memd's recall requests
-
-    def start(self) -> None:
-        """Open the database, then serve it on the socket with a thread-pool gRPC server."""
-        import grpc
-
-        self.open_database()
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="index-rpc"),
-            options=list(GRPC_OPTIONS),
-        )
-        self.bind(self._server)
-        self._server.start()
 
     def open_database(self) -> None:
         """Open the database first: if another process holds its lock we fail before
@@ -107,8 +94,8 @@ class IndexServer:
         self.socket_path.unlink(missing_ok=True)  # a stale one from a killed server
 
     def bind(self, server: Any) -> None:
-        """Add the servicer and the socket to a not yet started gRPC server (a thread-pool
-        one here, an asyncio one in the shared index server)."""
+        """Add the servicer and the socket to a not yet started `grpc.aio` server (the
+        caller's `ClientServer` owns that server, starts and stops it)."""
         from pymilvus.grpc_gen import milvus_pb2_grpc
 
         milvus_pb2_grpc.add_MilvusServiceServicer_to_server(
@@ -120,7 +107,7 @@ class IndexServer:
         self._queries = query_server.QueryServer(
             index_requests.query_socket_path(self.socket_path), self._db
         )
-        self._queries.start()  # memd's recall requests, beside gRPC (both server kinds)
+        self._queries.start()  # memd's recall requests, beside gRPC (both processes)
 
     def ready_record(self) -> dict[str, Any]:
         """The JSON line printed once this client's index serves (memd and tests read it)."""
@@ -130,14 +117,6 @@ class IndexServer:
             "data_dir": str(self.data_dir),
             "pid": os.getpid(),
         }
-
-    def stop(self, grace: float = 2.0) -> None:
-        """Stop serving, close the database (clearing the open marker), remove the socket;
-        safe after a failed start and when called twice."""
-        if self._server is not None:
-            self._server.stop(grace).wait(grace + 3)
-            self._server = None
-        self.close_database()
 
     def close_database(self) -> None:
         """Close the database (clearing the open marker) and remove the socket; once the
@@ -152,21 +131,6 @@ class IndexServer:
         if self._bound:
             self.socket_path.unlink(missing_ok=True)
             self._bound = False
-
-
-def open_index_server(
-    data_dir: Path, socket_path: Path, workers: int = DEFAULT_WORKERS
-) -> IndexServer:
-    """A started `IndexServer`; on failure whatever it had opened is closed again and the
-    error raised (the database lock and a half-bound socket must not linger)."""
-    server = IndexServer(data_dir, socket_path, workers)
-    try:
-        server.start()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            server.stop(grace=0)
-        raise
-    return server
 
 
 def load_all_collections(db: Any) -> int:

@@ -17,13 +17,12 @@ from typing import Any
 
 from memd.access import check_client_id
 from memd.api.app import ApiHandler, App, ClientServices
-from memd.api.privacy import _time
+from memd.api.selectors import SelectorParams, time_param
 from memd.errors import IndexUnavailable, InvalidParams, MemdError, UnknownClient
 from memd.indexing import IndexUnavailableError
 from memd.layout import ClientLayout
 from memd.privacy import (
     list_conversations,
-    make_selector,
     preview,
     query_gate,
     read_conversation,
@@ -42,7 +41,7 @@ async def browse_conversations(app: App, params: JsonParams) -> dict[str, Any]:
         after = p.optional("after", str)
         before = p.optional("before", str)
     now = _now()
-    after_t, before_t = _time(after, "after", now), _time(before, "before", now)
+    after_t, before_t = time_param(after, "after", now), time_param(before, "before", now)
     layout = _layout(app, client_id)
     live = await _live(app, client_id)
     conv_ids, states = await _known(app, client_id, live)
@@ -89,29 +88,16 @@ async def forget_preview(app: App, params: JsonParams) -> dict[str, Any]:
     """What `memory.forget` with the same params would remove now; nothing changes."""
     with Params(params) as p:
         client_id = p.require("client_id", str)
-        session_id = p.optional("session_id", str)
-        conversation_id = p.optional("conversation_id", (str, int))
-        after = p.optional("after", str)
-        before = p.optional("before", str)
-        query = p.optional("query", str)
-        everything = p.optional("all", bool, False)
-    now = _now()
-    selector = make_selector(
-        session_id=session_id,
-        conversation_id=conversation_id,
-        after=_time(after, "after", now),
-        before=_time(before, "before", now),
-        query=query,
-        all=everything,
-    )
+        given = SelectorParams.take(p, exchanges=False)
+    selector = given.selector(_now())
     layout = _layout(app, client_id)
     live = await _live(app, client_id)
     external = {}
     if live is not None:
         external = {cid: key for key, cid in live.sessions.conversation_ids().items()}
     hits: list[tuple[str, str, int | None]] = []
-    if query is not None:
-        hits = await _hits(app, live, query)
+    if given.query is not None:
+        hits = await _hits(app, live, given.query)
     return await asyncio.to_thread(preview, layout, selector, external, hits)
 
 

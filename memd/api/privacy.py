@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from memd import recall as rc
 from memd.api.app import ApiHandler, App
+from memd.api.selectors import SelectorParams, time_param
 from memd.errors import InvalidParams
-from memd.privacy import MAX_PAGE_SIZE, PAGE_SIZE, make_selector
+from memd.privacy import MAX_PAGE_SIZE, PAGE_SIZE
 from memd.rpc import JsonParams, Params
 
 
@@ -25,24 +25,9 @@ async def memory_forget(app: App, params: JsonParams) -> dict[str, Any]:
     """`memory.forget`: one selector, or a dry run listing what it would remove."""
     with Params(params) as p:
         client_id = p.require("client_id", str)
-        session_id = p.optional("session_id", str)
-        conversation_id = p.optional("conversation_id", (str, int))
-        after = p.optional("after", str)
-        before = p.optional("before", str)
-        query = p.optional("query", str)
-        everything = p.optional("all", bool, False)
-        exact = p.optional("exchanges", list)
+        given = SelectorParams.take(p, exchanges=True)
         dry_run = p.optional("dry_run", bool, False)
-    now = datetime.now(UTC)
-    selector = make_selector(
-        session_id=session_id,
-        conversation_id=conversation_id,
-        after=_time(after, "after", now),
-        before=_time(before, "before", now),
-        query=query,
-        all=everything,
-        exchanges=None if exact is None else _keys(exact),
-    )
+    selector = given.selector(datetime.now(UTC))
     return await app.runtime.forget(client_id, selector, dry_run)
 
 
@@ -71,8 +56,8 @@ async def memory_export(app: App, params: JsonParams) -> dict[str, Any]:
     now = datetime.now(UTC)
     return await app.runtime.export(
         client_id,
-        after=_time(after, "after", now),
-        before=_time(before, "before", now),
+        after=time_param(after, "after", now),
+        before=time_param(before, "before", now),
         cursor=cursor,
         limit=limit,
     )
@@ -83,34 +68,3 @@ METHODS: Mapping[str, ApiHandler] = {
     "memory.redact": memory_redact,
     "memory.export": memory_export,
 }
-
-
-def _keys(items: list[Any]) -> list[tuple[str, int, int]]:
-    """`exchanges`: [{session_id, conversation, exchange}, ...], as a forget listed them."""
-    out = []
-    for item in items:
-        try:
-            sid, conv, ex = item["session_id"], item["conversation"], item["exchange"]
-        except (TypeError, KeyError):
-            sid = conv = ex = None
-        if not (isinstance(sid, str) and _number(conv) and _number(ex)):
-            raise InvalidParams(
-                "each of exchanges must be {session_id, conversation, exchange}",
-                data={"param": "exchanges"},
-            )
-        out.append((sid, conv, ex))
-    return out
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _time(value: str | None, param: str, now: datetime) -> datetime | None:
-    """The same forms as recall's `after`/`before`: ISO dates or times, or `30m`/`2d`/`1w`."""
-    if value is None:
-        return None
-    try:
-        return rc.parse_time(value, param, now)
-    except rc.RecallArgumentError as exc:
-        raise InvalidParams(exc.message, data={"param": exc.param}) from None

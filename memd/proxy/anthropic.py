@@ -12,7 +12,6 @@ makes itself are in Anthropic's shape, so the SDKs raise their usual exceptions.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from memd.proxy import anthropic_stream as ans
 from memd.proxy import convert
 from memd.proxy.anthropic_loop import AnthropicTool, MessagesLoop, refusal_reason
 from memd.proxy.apis import BodyTee, EventTee, forward, key_problem
-from memd.proxy.relay import Settings, UpstreamFailed
+from memd.proxy.relay import Settings
 
 if TYPE_CHECKING:
     from memd.proxy.server import ProxyApp
@@ -119,20 +118,7 @@ class MessagesRoute:
             tool,
             lambda name, args: self.app.call_memory(client, name, args),
         )
-        try:
-            response, reply = await (loop.streamed() if body.get("stream") else loop.plain())
-        except asyncio.CancelledError:
-            if loop.reply is not None:  # the app hung up after the answer was whole
-                self._record(client, body, loop.reply)
-            raise
-        except UpstreamFailed as exc:
-            self.app.stats.upstream_errors += 1
-            return ans.failure_response(exc.cause, settings.read_timeout)
-        if response.status >= 400:
-            self.app.stats.upstream_errors += 1
-        if reply is not None:
-            self._record(client, body, reply)
-        return response
+        return await loop.run(self.app.stats, lambda reply: self._record(client, body, reply))
 
     async def _forward(
         self,

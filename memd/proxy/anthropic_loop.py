@@ -16,22 +16,17 @@ tool_use blocks and the round's `message_delta` are held until the round ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 from aiohttp import web
 
 from memd.proxy import anthropic_stream as ans
-from memd.proxy import upstream as up
 from memd.proxy.apis import named_event
-from memd.proxy.relay import Settings, UpstreamFailed, cut, send
+from memd.proxy.rounds import Reply, RoundLoop
 from memd.proxy.stream import EventSplitter, StreamError, parse_chunk
-
-CallMemory = Callable[[str, str], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -84,25 +79,23 @@ def is_call(block: Any, name: str | None = None) -> bool:
     return ok and (name is None or block.get("name") == name)
 
 
-class MessagesLoop:
+class MessagesLoop(RoundLoop[AnthropicTool, "_Round"]):
     """One Messages request with the recall tool in the loop, streamed or not."""
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        settings: Settings,
-        request: web.Request,
-        body: dict[str, Any],
-        tool: AnthropicTool,
-        call_memory: CallMemory,
-    ) -> None:
-        self.session = session
-        self.settings = settings
-        self.request = request
-        self.tool = tool
-        self.call_memory = call_memory
-        self.upstream_body = inject(body, tool)
-        self.reply: dict[str, Any] | None = None
+    NO_TOOL_CHOICE: ClassVar[dict[str, str]] = {"type": "none"}  # only ever serialized
+    sent: ans.MessageAssembler  # what the app has been sent, across rounds
+
+    def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
+        return inject(body, self.tool)
+
+    def _whole(self, raw: bytes) -> Reply | None:
+        return _message(raw)
+
+    def _calls_memory(self, reply: Reply) -> bool:
+        return any(is_call(b, self.tool.name) for b in reply.get("content") or [])
+
+    async def _answer(self, reply: Reply) -> None:
+        await self._answers(reply.get("content") or [])
 
     async def _answers(self, content: list[dict[str, Any]]) -> None:
         """Append the memory calls and their results to the next upstream request."""
@@ -121,85 +114,37 @@ class MessagesLoop:
             {"role": "user", "content": answers},
         ]
 
-    def _round_body(self, round_no: int) -> bytes:
-        if round_no == self.settings.max_tool_rounds:
-            self.upstream_body["tool_choice"] = {"type": "none"}
-        return json.dumps(self.upstream_body, ensure_ascii=False).encode()
+    def _last_round(self, reply: Reply, raw: bytes, headers: Any) -> tuple[web.Response, Reply]:
+        """The message without its memory tool_use blocks; `end_turn` when no app call is
+        left."""
+        content = reply.get("content") or []
+        reply["content"] = [b for b in content if not is_call(b, self.tool.name)]
+        if not any(is_call(b) for b in reply["content"]):
+            reply["stop_reason"] = "end_turn"
+        data = json.dumps(reply, ensure_ascii=False).encode()
+        return web.Response(status=200, body=data, headers=headers), reply
 
-    async def plain(self) -> tuple[web.Response, dict[str, Any] | None]:
-        """The final message as a response, and the message to record (None: nothing)."""
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            upstream = await send(
-                self.session, self.settings, self.request, self._round_body(round_no)
-            )
-            try:
-                raw = await upstream.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UpstreamFailed(exc) from exc
-            finally:
-                upstream.release()
-            headers = up.response_headers(upstream, keep_length=False)
-            message = _message(raw) if upstream.status == 200 else None
-            if message is None:
-                return web.Response(status=upstream.status, body=raw, headers=headers), None
-            content = message.get("content") or []
-            if not any(is_call(b, self.tool.name) for b in content):
-                return web.Response(status=200, body=raw, headers=headers), message
-            if round_no == self.settings.max_tool_rounds:
-                message["content"] = [b for b in content if not is_call(b, self.tool.name)]
-                if not any(is_call(b) for b in message["content"]):
-                    message["stop_reason"] = "end_turn"
-                data = json.dumps(message, ensure_ascii=False).encode()
-                return web.Response(status=200, body=data, headers=headers), message
-            await self._answers(content)
-        raise AssertionError("unreachable")
+    def _stream_round(self, out: web.StreamResponse, first: bool) -> _Round:
+        if first:
+            self.sent = ans.MessageAssembler()
+        return _Round(out, self.sent, self.tool.name, first=first)
 
-    async def streamed(self) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-        """Stream the final answer to the app: the response, and the message to record."""
-        out: web.StreamResponse | None = None
-        sent = ans.MessageAssembler()  # what the app has been sent, across rounds
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            try:
-                upstream = await send(
-                    self.session, self.settings, self.request, self._round_body(round_no)
-                )
-            except UpstreamFailed as exc:
-                if out is None:
-                    raise
-                return await self._fail(out, exc.cause), None
-            try:
-                if upstream.status != 200 or not up.is_event_stream(upstream):
-                    if out is None:
-                        return await _buffered(upstream), None
-                    failure = StreamError(f"the upstream answered {upstream.status}")
-                    return await self._fail(out, failure), None
-                if out is None:
-                    out = web.StreamResponse(
-                        status=200, headers=up.response_headers(upstream, keep_length=False)
-                    )
-                    await out.prepare(self.request)
-                state = _Round(out, sent, self.tool.name, first=round_no == 0)
-                try:
-                    await state.pump(upstream)
-                except (aiohttp.ClientError, TimeoutError, StreamError) as exc:
-                    return await self._fail(out, exc), None
-            finally:
-                upstream.release()
-            content = state.reply.content()
-            memory = any(is_call(b, self.tool.name) for b in content)
-            if memory and round_no < self.settings.max_tool_rounds:
-                await self._answers(content)
-                continue
-            await state.finish(memory)
-            self.reply = sent.whole()
-            return out, self.reply
-        raise AssertionError("unreachable")
+    def _round_calls_memory(self, state: _Round) -> bool:
+        return any(is_call(b, self.tool.name) for b in state.reply.content())
 
-    async def _fail(self, out: web.StreamResponse, exc: BaseException) -> web.StreamResponse:
-        with contextlib.suppress(Exception):
-            await out.write(ans.failure_event(exc))
-        cut(self.request)
-        return out
+    async def _answer_round(self, state: _Round) -> None:
+        await self._answers(state.reply.content())
+
+    async def _close(self, state: _Round, memory: bool) -> Reply | None:
+        await state.finish(memory)
+        self.reply = self.sent.whole()
+        return self.reply
+
+    def _failure_event(self, exc: BaseException) -> bytes:
+        return ans.failure_event(exc)
+
+    def _failure_response(self, exc: BaseException) -> web.Response:
+        return ans.failure_response(exc, self.settings.read_timeout)
 
 
 class _Round:
@@ -279,13 +224,3 @@ def _message(raw: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) and data.get("type") == "message" else None
-
-
-async def _buffered(upstream: aiohttp.ClientResponse) -> web.Response:
-    try:
-        raw = await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise UpstreamFailed(exc) from exc
-    return web.Response(
-        status=upstream.status, body=raw, headers=up.response_headers(upstream, keep_length=False)
-    )

@@ -22,10 +22,8 @@ whether the round called memory; held app calls are then sent as one delta.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +31,8 @@ import aiohttp
 from aiohttp import web
 
 from memd.proxy import upstream as up
-from memd.proxy.relay import Settings, UpstreamFailed, cut, first_message, send
+from memd.proxy.relay import first_message
+from memd.proxy.rounds import Reply, RoundLoop
 from memd.proxy.stream import (
     DONE,
     EventSplitter,
@@ -42,8 +41,6 @@ from memd.proxy.stream import (
     encode_event,
     parse_chunk,
 )
-
-CallMemory = Callable[[str, str], Awaitable[str]]  # (name, raw JSON arguments) -> result text
 
 
 @dataclass(frozen=True)
@@ -115,27 +112,22 @@ def split_calls(calls: Any, name: str) -> tuple[list[dict[str, Any]], list[dict[
     return memory, app
 
 
-class ToolLoop:
+class ToolLoop(RoundLoop[MemoryTool, "_Round"]):
     """One chat request with the recall tool in the loop, streamed or not."""
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        settings: Settings,
-        request: web.Request,
-        body: dict[str, Any],
-        tool: MemoryTool,
-        call_memory: CallMemory,
-    ) -> None:
-        self.session = session
-        self.settings = settings
-        self.request = request
-        self.tool = tool
-        self.call_memory = call_memory
-        self.upstream_body = inject(body, tool)
-        # The reply to record once it is whole; the server reads it if the app hangs up
-        # while the last bytes go out (aiohttp then cancels the handler).
-        self.reply: dict[str, Any] | None = None
+    sent: ReplyAssembler  # what the app has been sent, across rounds
+
+    def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
+        return inject(body, self.tool)
+
+    def _whole(self, raw: bytes) -> Reply | None:
+        return first_message(raw)
+
+    def _calls_memory(self, reply: Reply) -> bool:
+        return bool(split_calls(reply.get("tool_calls"), self.tool.name)[0])
+
+    async def _answer(self, reply: Reply) -> None:
+        await self._answers(reply, split_calls(reply.get("tool_calls"), self.tool.name)[0])
 
     async def _answers(self, reply: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         """Append the memory calls and their results to the next upstream request."""
@@ -155,40 +147,9 @@ class ToolLoop:
             ),
         ]
 
-    def _round_body(self, round_no: int) -> bytes:
-        if round_no == self.settings.max_tool_rounds:
-            self.upstream_body["tool_choice"] = "none"
-        return json.dumps(self.upstream_body, ensure_ascii=False).encode()
-
-    # --- not streamed ---------------------------------------------------------------
-
-    async def plain(self) -> tuple[web.Response, dict[str, Any] | None]:
-        """The final answer as a response, and the reply to record (None: nothing)."""
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            upstream = await send(
-                self.session, self.settings, self.request, self._round_body(round_no)
-            )
-            try:
-                raw = await upstream.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UpstreamFailed(exc) from exc
-            finally:
-                upstream.release()
-            headers = up.response_headers(upstream, keep_length=False)
-            message = first_message(raw) if upstream.status == 200 else None
-            if message is None:
-                return web.Response(status=upstream.status, body=raw, headers=headers), None
-            memory, app = split_calls(message.get("tool_calls"), self.tool.name)
-            if not memory:
-                return web.Response(status=200, body=raw, headers=headers), message
-            if round_no == self.settings.max_tool_rounds:
-                return self._without_memory_calls(raw, headers, app)
-            await self._answers(message, memory)
-        raise AssertionError("unreachable")
-
-    def _without_memory_calls(
-        self, raw: bytes, headers: Any, app: list[dict[str, Any]]
-    ) -> tuple[web.Response, dict[str, Any]]:
+    def _last_round(self, reply: Reply, raw: bytes, headers: Any) -> tuple[web.Response, Reply]:
+        """The first choice without its memory calls; `stop` when no app call is left."""
+        app = split_calls(reply.get("tool_calls"), self.tool.name)[1]
         data = json.loads(raw)
         choice = data["choices"][0]
         message = choice["message"]
@@ -201,56 +162,28 @@ class ToolLoop:
 
     # --- streamed -------------------------------------------------------------------
 
-    async def streamed(self) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-        """Stream the final answer to the app: the response, and the reply to record.
+    def _stream_round(self, out: web.StreamResponse, first: bool) -> _Round:
+        if first:
+            self.sent = ReplyAssembler()
+        return _Round(out, self.sent, self.tool.name)
 
-        While nothing has been sent, an upstream failure is answered as the upstream gave
-        it (status and body) or raised as UpstreamFailed; once the stream to the app has
-        begun, a failure is sent as an error event and the connection is cut.
-        """
-        out: web.StreamResponse | None = None
-        sent = ReplyAssembler()  # what the app has been sent, across rounds
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            try:
-                upstream = await send(
-                    self.session, self.settings, self.request, self._round_body(round_no)
-                )
-            except UpstreamFailed as exc:
-                if out is None:
-                    raise
-                return await self._fail(out, exc.cause), None
-            try:
-                if upstream.status != 200 or not up.is_event_stream(upstream):
-                    if out is None:
-                        return await _buffered(upstream), None
-                    failure = StreamError(f"the upstream answered {upstream.status}")
-                    return await self._fail(out, failure), None
-                if out is None:
-                    out = web.StreamResponse(
-                        status=200, headers=up.response_headers(upstream, keep_length=False)
-                    )
-                    await out.prepare(self.request)
-                state = _Round(out, sent, self.tool.name)
-                try:
-                    await state.pump(upstream)
-                except (aiohttp.ClientError, TimeoutError, StreamError) as exc:
-                    return await self._fail(out, exc), None
-            finally:
-                upstream.release()
-            if state.memory and round_no < self.settings.max_tool_rounds:
-                await self._answers(state.reply.message(), state.memory)
-                continue
-            closing = state.closing()
-            self.reply = sent.message()
-            await state.finish(closing)
-            return out, self.reply
-        raise AssertionError("unreachable")
+    def _round_calls_memory(self, state: _Round) -> bool:
+        return bool(state.memory)
 
-    async def _fail(self, out: web.StreamResponse, exc: BaseException) -> web.StreamResponse:
-        with contextlib.suppress(Exception):  # the app may be gone already
-            await out.write(encode_event(up.failure_event(exc)))
-        cut(self.request)
-        return out
+    async def _answer_round(self, state: _Round) -> None:
+        await self._answers(state.reply.message(), state.memory)
+
+    async def _close(self, state: _Round, memory: bool) -> Reply:
+        closing = state.closing()
+        self.reply = self.sent.message()
+        await state.finish(closing)
+        return self.reply
+
+    def _failure_event(self, exc: BaseException) -> bytes:
+        return encode_event(up.failure_event(exc))
+
+    def _failure_response(self, exc: BaseException) -> web.Response:
+        return up.failure_response(exc, self.settings.read_timeout)
 
 
 class _Round:
@@ -339,14 +272,3 @@ class _Round:
             await self.out.write(encode_event(chunk))
         await self.out.write(encode_event(DONE))
         await self.out.write_eof()
-
-
-async def _buffered(upstream: aiohttp.ClientResponse) -> web.Response:
-    """An upstream error answer as it came (status, headers, body; error bodies are small)."""
-    try:
-        raw = await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise UpstreamFailed(exc) from exc
-    return web.Response(
-        status=upstream.status, body=raw, headers=up.response_headers(upstream, keep_length=False)
-    )

@@ -19,7 +19,6 @@ that), but no head is kept, since such a response cannot be continued by id.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,7 @@ from memd.proxy import convert
 from memd.proxy import upstream as up
 from memd.proxy.apis import BodyTee, EventTee, forward
 from memd.proxy.chain import ResponseChain
-from memd.proxy.relay import Settings, UpstreamFailed
+from memd.proxy.relay import Settings
 from memd.proxy.responses_loop import ResponsesLoop, ResponsesTool, failure_event, refusal_reason
 
 if TYPE_CHECKING:
@@ -91,20 +90,7 @@ class ResponsesRoute:
             tool,
             lambda name, args: self.app.call_memory(turn.client, name, args),
         )
-        try:
-            response, final = await (loop.streamed() if turn.body.get("stream") else loop.plain())
-        except asyncio.CancelledError:
-            if loop.final is not None:
-                turn.record(loop.final)
-            raise
-        except UpstreamFailed as exc:
-            self.app.stats.upstream_errors += 1
-            return up.failure_response(exc.cause, settings.read_timeout)
-        if response.status >= 400:
-            self.app.stats.upstream_errors += 1
-        if final is not None:
-            turn.record(final)
-        return response
+        return await loop.run(self.app.stats, turn.record)
 
     async def _forward(
         self, request: web.Request, settings: Settings, raw: bytes, turn: Turn | None

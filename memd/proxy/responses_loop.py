@@ -21,9 +21,7 @@ carries the last round's response with the output the app was sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +30,9 @@ from aiohttp import web
 
 from memd.proxy import upstream as up
 from memd.proxy.apis import named_event
-from memd.proxy.relay import Settings, UpstreamFailed, cut, send
+from memd.proxy.rounds import Reply, RoundLoop
 from memd.proxy.stream import EventSplitter, StreamError, parse_chunk
 
-CallMemory = Callable[[str, str], Awaitable[str]]
 FINAL = ("response.completed", "response.incomplete")
 
 
@@ -106,22 +103,23 @@ def whole_response(raw: bytes) -> dict[str, Any] | None:
     return None
 
 
-class ResponsesLoop:
-    """One Responses request with the recall tool in the loop, streamed or not."""
+class ResponsesLoop(RoundLoop[ResponsesTool, "_Round"]):
+    """One Responses request with the recall tool in the loop, streamed or not; the reply
+    it records is the final response object."""
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        settings: Settings,
-        request: web.Request,
-        body: dict[str, Any],
-        tool: ResponsesTool,
-        call_memory: CallMemory,
-    ) -> None:
-        self.session, self.settings, self.request = session, settings, request
-        self.tool, self.call_memory = tool, call_memory
-        self.upstream_body = inject(body, tool)
-        self.final: dict[str, Any] | None = None
+    sent: _Sent  # what the app has been sent, across rounds
+
+    def _inject(self, body: dict[str, Any]) -> dict[str, Any]:
+        return inject(body, self.tool)
+
+    def _whole(self, raw: bytes) -> Reply | None:
+        return whole_response(raw)
+
+    def _calls_memory(self, reply: Reply) -> bool:
+        return any(is_call(i, self.tool.name) for i in reply.get("output") or [])
+
+    async def _answer(self, reply: Reply) -> None:
+        await self._answers(reply.get("output") or [])
 
     async def _answers(self, output: list[Any]) -> None:
         """Append the round's output and the memory calls' results to the next input."""
@@ -138,89 +136,40 @@ class ResponsesLoop:
         ]
         self.upstream_body["input"] = [*items, *kept, *answers]
 
-    def _round_body(self, round_no: int) -> bytes:
-        if round_no == self.settings.max_tool_rounds:
-            self.upstream_body["tool_choice"] = "none"
-        return json.dumps(self.upstream_body, ensure_ascii=False).encode()
+    def _last_round(self, reply: Reply, raw: bytes, headers: Any) -> tuple[web.Response, Reply]:
+        """The response without its memory function calls."""
+        output = reply.get("output") or []
+        reply["output"] = [i for i in output if not is_call(i, self.tool.name)]
+        body = json.dumps(reply, ensure_ascii=False).encode()
+        return web.Response(status=200, body=body, headers=headers), reply
 
-    def _done(self, final: dict[str, Any]) -> dict[str, Any]:
-        self.final = final  # the server records it even if the app hangs up now
-        return final
+    def _stream_round(self, out: web.StreamResponse, first: bool) -> _Round:
+        if first:
+            self.sent = _Sent()
+        return _Round(out, self.sent, self.tool.name, first=first)
 
-    async def plain(self) -> tuple[web.Response, dict[str, Any] | None]:
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            upstream = await send(
-                self.session, self.settings, self.request, self._round_body(round_no)
-            )
-            try:
-                raw = await upstream.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UpstreamFailed(exc) from exc
-            finally:
-                upstream.release()
-            headers = up.response_headers(upstream, keep_length=False)
-            data = whole_response(raw) if upstream.status == 200 else None
-            if data is None:
-                return web.Response(status=upstream.status, body=raw, headers=headers), None
-            output = data.get("output") or []
-            if not any(is_call(i, self.tool.name) for i in output):
-                return web.Response(status=200, body=raw, headers=headers), self._done(data)
-            if round_no == self.settings.max_tool_rounds:
-                data["output"] = [i for i in output if not is_call(i, self.tool.name)]
-                body = json.dumps(self._done(data), ensure_ascii=False).encode()
-                return web.Response(status=200, body=body, headers=headers), data
-            await self._answers(output)
-        raise AssertionError("unreachable")
+    def _round_calls_memory(self, state: _Round) -> bool:
+        return bool(state.memory)
 
-    async def streamed(self) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-        """Stream the final answer to the app: the response, and the final response."""
-        out: web.StreamResponse | None = None
-        sent = _Sent()
-        for round_no in range(self.settings.max_tool_rounds + 1):
-            try:
-                upstream = await send(
-                    self.session, self.settings, self.request, self._round_body(round_no)
-                )
-            except UpstreamFailed as exc:
-                if out is None:
-                    raise
-                return await self._fail(out, exc.cause), None
-            try:
-                if upstream.status != 200 or not up.is_event_stream(upstream):
-                    if out is None:
-                        return await _buffered(upstream), None
-                    failure = StreamError(f"the upstream answered {upstream.status}")
-                    return await self._fail(out, failure), None
-                if out is None:
-                    out = web.StreamResponse(
-                        status=200, headers=up.response_headers(upstream, keep_length=False)
-                    )
-                    await out.prepare(self.request)
-                state = _Round(out, sent, self.tool.name, first=round_no == 0)
-                try:
-                    await state.pump(upstream)
-                except (aiohttp.ClientError, TimeoutError, StreamError) as exc:
-                    return await self._fail(out, exc), None
-            finally:
-                upstream.release()
-            assert state.final is not None
-            output = state.final.get("output") or []
-            if state.memory and round_no < self.settings.max_tool_rounds:
-                await self._answers(output)
-                continue
-            await state.flush()
-            # What the app was sent; a server that sends no output_item.done: the output.
-            items = sent.items or [i for i in output if not is_call(i, self.tool.name)]
-            final = self._done({**state.final, "output": list(items)})
-            await state.close(final)
-            return out, final
-        raise AssertionError("unreachable")
+    async def _answer_round(self, state: _Round) -> None:
+        assert state.final is not None  # pump() returns only once it has the response
+        await self._answers(state.final.get("output") or [])
 
-    async def _fail(self, out: web.StreamResponse, exc: BaseException) -> web.StreamResponse:
-        with contextlib.suppress(Exception):
-            await out.write(failure_event(exc))
-        cut(self.request)
-        return out
+    async def _close(self, state: _Round, memory: bool) -> Reply:
+        assert state.final is not None
+        await state.flush()
+        # What the app was sent; a server that sends no output_item.done: the output.
+        output = state.final.get("output") or []
+        items = self.sent.items or [i for i in output if not is_call(i, self.tool.name)]
+        self.reply = {**state.final, "output": list(items)}
+        await state.close(self.reply)
+        return self.reply
+
+    def _failure_event(self, exc: BaseException) -> bytes:
+        return failure_event(exc)
+
+    def _failure_response(self, exc: BaseException) -> web.Response:
+        return up.failure_response(exc, self.settings.read_timeout)
 
 
 class _Sent:
@@ -302,13 +251,3 @@ class _Round:
     async def close(self, final: dict[str, Any]) -> None:
         await self._emit({"type": self.final_type, "response": final, "sequence_number": 0})
         await self.out.write_eof()
-
-
-async def _buffered(upstream: aiohttp.ClientResponse) -> web.Response:
-    try:
-        raw = await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise UpstreamFailed(exc) from exc
-    return web.Response(
-        status=upstream.status, body=raw, headers=up.response_headers(upstream, keep_length=False)
-    )

@@ -156,20 +156,9 @@ class ProxyApp:
             tool,
             lambda name, args: self.call_memory(client, name, args),
         )
-        try:
-            response, reply = await (loop.streamed() if body.get("stream") else loop.plain())
-        except asyncio.CancelledError:
-            if loop.reply is not None:  # the app hung up after the answer was whole
-                self.recorder.submit(client, body["messages"], loop.reply)
-            raise
-        except UpstreamFailed as exc:
-            self.stats.upstream_errors += 1
-            return up.failure_response(exc.cause, settings.read_timeout)
-        if response.status >= 400:
-            self.stats.upstream_errors += 1
-        if reply is not None:
-            self.recorder.submit(client, body["messages"], reply)
-        return response
+        return await loop.run(
+            self.stats, lambda reply: self.recorder.submit(client, body["messages"], reply)
+        )
 
     async def forward(
         self,

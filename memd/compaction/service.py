@@ -13,7 +13,6 @@ is opened with `open_client` and closed with `close_client` or `close`.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -71,13 +70,15 @@ class Compactor:
         self.max_request_chars = max_request_chars
         self.backoff = backoff or Backoff()
         self.on_compacted = on_compacted
-        self._step_hook = step_hook  # see memd.compaction.files.StepHook
         self._clock = clock
         self._clients: dict[str, ClientRecords] = {}
         self._schedule = Schedule()
         self._sem = asyncio.Semaphore(max_concurrent)
         self._open_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        # What each run (memd.compaction.runs) uses: these same objects, read-only there;
+        # the step hook (memd.compaction.files.StepHook) is only the runs'.
+        self.run_parts = runs.RunParts(clock, step_hook, self._clients, self._sem, self._schedule)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -98,7 +99,8 @@ class Compactor:
             task.cancel()
         await asyncio.gather(*self._tasks, *jobs, return_exceptions=True)
         self._tasks = []
-        clients, self._clients = list(self._clients.values()), {}
+        clients = list(self._clients.values())
+        self._clients.clear()  # in place: run_parts holds this dict
         for client in clients:
             await client.close()
 
@@ -238,7 +240,7 @@ class Compactor:
         for done, sid in enumerate(targets, 1):
             results.append(await self._recompact_one(client, sid))
             if on_progress is not None:
-                await _maybe_await(on_progress(done, len(targets), sid))
+                await runs.maybe_await(on_progress(done, len(targets), sid))
         return results
 
     # --- inspection -----------------------------------------------------------------------
@@ -346,8 +348,3 @@ class Compactor:
     def _set(self, client: ClientRecords, sid: str, state: str | None, **changes: Any) -> None:
         """Every state change goes through ClientRecords.set, stamped with our clock."""
         client.set(sid, state, self._clock(), **changes)
-
-
-async def _maybe_await(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result

@@ -140,6 +140,8 @@ OFFICIAL_BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
 }
+# One per process, as os.environ is: a lock per Compactor would let two of them move the
+# same variables aside at once (docs/architecture.md, "State and threads").
 _ENV_LOCK = threading.Lock()
 
 

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 PRIVATE_UMASK = 0o077
@@ -121,6 +122,32 @@ def check_file(path: Path | str, *, tighten: bool = True) -> bool:
     if tighten and st.st_mode & 0o077:
         os.chmod(path, 0o600, follow_symlinks=False)
     return True
+
+
+def private_folder(folder: Path, error: Callable[[str], Exception]) -> None:
+    """Make `folder` 0700 (its parents too), or check the one there: a real folder of
+    memd's uid that group and others cannot open; else `error(message)` is raised.
+
+    For folders of secrets (the proxy's keys, the browser's login tokens): a file in one
+    proves something only while nobody else could have put it there or read it.
+    """
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+        os.chmod(folder, 0o700)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise error(f"{folder} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise error(f"{folder} belongs to uid {st.st_uid}, not to us")
+    if st.st_mode & 0o077:
+        raise error(f"{folder} is open to group or others; run `chmod 700 {folder}`")
+
+
+def private_file(st: os.stat_result) -> bool:
+    """Whether a stat is of a regular file of memd's uid that group and others cannot
+    open: a secret read from anything else proves nothing."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 def fsync_dir(path: Path | str) -> None:

@@ -17,12 +17,11 @@ import contextlib
 import hmac
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from memd.config import CLIENT_ID_RE
-from memd.trust import fsync_dir
+from memd.trust import fsync_dir, private_file, private_folder
 
 PREFIX = "sk-memd~"
 FOLDER = ".proxy"
@@ -118,7 +117,7 @@ class KeyStore:
         cached = self._cache.get(client_id)
         if cached is not None and cached.signature == signature:
             return cached.key
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        if not private_file(st):
             return None  # not ours, or readable by others: such a key proves nothing
         key = self.get(client_id)
         if key is None:
@@ -145,15 +144,4 @@ class KeyStore:
             raise
 
     def _prepare_folder(self) -> None:
-        folder = self.folder
-        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-            os.chmod(folder, 0o700)
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode):
-            raise KeyStoreError(f"{folder} is not a directory")
-        if st.st_uid != os.geteuid():
-            raise KeyStoreError(f"{folder} belongs to uid {st.st_uid}, not to us")
-        if st.st_mode & 0o077:
-            raise KeyStoreError(f"{folder} is open to group or others; run `chmod 700 {folder}`")
+        private_folder(self.folder, KeyStoreError)

@@ -16,11 +16,10 @@ import hmac
 import os
 import re
 import secrets
-import stat
 import time
 from pathlib import Path
 
-from memd.trust import fsync_dir
+from memd.trust import fsync_dir, private_file, private_folder
 
 FOLDER = ".ui"
 TOKEN_TTL = 600.0  # seconds a login link works
@@ -70,7 +69,7 @@ class LoginTokens:
         with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
             st = os.fstat(fh.fileno())
             stored = fh.read(200).strip()
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        if not private_file(st):
             return False
         if not hmac.compare_digest(stored.encode(), token.encode()):
             return False
@@ -88,15 +87,4 @@ class LoginTokens:
                     path.unlink()
 
     def _prepare_folder(self) -> None:
-        folder = self.folder
-        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-            os.chmod(folder, 0o700)
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode):
-            raise TokenError(f"{folder} is not a directory")
-        if st.st_uid != os.geteuid():
-            raise TokenError(f"{folder} belongs to uid {st.st_uid}, not to us")
-        if st.st_mode & 0o077:
-            raise TokenError(f"{folder} is open to group or others; run `chmod 700 {folder}`")
+        private_folder(self.folder, TokenError)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from memd.config import Config, ConfigError, load_config
 from memd.fds import raise_open_files
+from memd.proxy.hook import FrontEndHook
 from memd.proxy.keys import KeyStore
 from memd.proxy.listener import HEADER_TIMEOUT, CappedListener
 from memd.proxy.recorder import Recorder, Stats
@@ -98,29 +99,19 @@ class ProxyServer:
         }
 
 
-class ProxyService:
+class ProxyService(FrontEndHook[ProxyServer]):
     """The daemon's hook: the proxy when `[proxy]` names an upstream, else nothing."""
 
     name = "proxy"
 
-    def __init__(self) -> None:
-        self.config: Config | None = None
-        self.server: ProxyServer | None = None
-        self.error: str | None = None
+    def _enabled(self, config: Config) -> bool:
+        return config.proxy.enabled
 
-    async def start(self, config: Config) -> None:
-        self.config = config
-        if not config.proxy.enabled:
-            return
-        server = ProxyServer(lambda: self.config)  # type: ignore[arg-type,return-value]
-        try:
-            await server.start()
-        except OSError as exc:
-            await server.close()
-            self.error = f"cannot listen on {config.proxy.listen}: {exc.strerror or exc}"
-            log.error("proxy.start_failed", listen=config.proxy.listen, error=self.error)
-            return
-        self.server, self.error = server, None
+    def _listen(self, config: Config) -> str:
+        return config.proxy.listen
+
+    def _server(self, config: Config) -> ProxyServer:
+        return ProxyServer(lambda: self.config)  # type: ignore[arg-type,return-value]
 
     async def apply(self, config: Config) -> None:
         """A reload: restart for a new address or on/off; otherwise the next request sees it."""
@@ -135,18 +126,6 @@ class ProxyService:
             return
         await self.close()
         await self.start(config)
-
-    def status(self) -> dict[str, Any] | None:
-        if self.server is not None:
-            return self.server.status()
-        if self.error is not None:
-            return {"state": "failed", "error": self.error}
-        return None
-
-    async def close(self) -> None:
-        server, self.server = self.server, None
-        if server is not None:
-            await server.close()
 
 
 class _FileConfig:

@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 
 from memd.config import Config
+from memd.proxy.hook import FrontEndHook
 from memd.proxy.rpc import AsyncMemdClient
 from memd.ui.app import UiApp
 from memd.ui.guard import Guard, GuardedSite
@@ -74,29 +75,19 @@ class UiServer:
         }
 
 
-class UiService:
+class UiService(FrontEndHook[UiServer]):
     """The daemon's hook: the browser when `[ui] enabled`, else nothing."""
 
     name = "ui"
 
-    def __init__(self) -> None:
-        self.config: Config | None = None
-        self.server: UiServer | None = None
-        self.error: str | None = None
+    def _enabled(self, config: Config) -> bool:
+        return config.ui.enabled
 
-    async def start(self, config: Config) -> None:
-        self.config = config
-        if not config.ui.enabled:
-            return
-        server = UiServer(config)
-        try:
-            await server.start()
-        except OSError as exc:
-            await server.close()
-            self.error = f"cannot listen on {config.ui.listen}: {exc.strerror or exc}"
-            log.error("ui.start_failed", listen=config.ui.listen, error=self.error)
-            return
-        self.server, self.error = server, None
+    def _listen(self, config: Config) -> str:
+        return config.ui.listen
+
+    def _server(self, config: Config) -> UiServer:
+        return UiServer(config)
 
     async def apply(self, config: Config) -> None:
         """A reload: restart when `[ui]` or where memd lives changed; else nothing to do."""
@@ -110,15 +101,3 @@ class UiService:
         await self.close()
         self.error = None
         await self.start(config)
-
-    def status(self) -> dict[str, Any] | None:
-        if self.server is not None:
-            return self.server.status()
-        if self.error is not None:
-            return {"state": "failed", "error": self.error}
-        return None
-
-    async def close(self) -> None:
-        server, self.server = self.server, None
-        if server is not None:
-            await server.close()

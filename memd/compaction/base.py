@@ -21,12 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memd.layout import ClientLayout
-from memd.markdown import read_front_matter, split_front_matter
+from memd.markdown import code_fence, read_front_matter, split_front_matter
 
 BASE_DIR = "compaction-base"
 PROMPT_VERSION = "1"  # bump when the prompts change so much that old bases should not be used
 
-_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _SHAPED_RE = re.compile(r"^(#{2,6}) .+? · summary · (.*)$")
 _ESCAPED_RE = re.compile(r"^\\(#{1,6}\s|---$)")
 _TITLE_RE = re.compile(r"^# .* · session summary$")
@@ -96,12 +95,9 @@ def unshape_body(summary: str) -> str:
     out: list[str] = []
     fence: str | None = None
     for line in lines:
-        if m := _FENCE_RE.match(line):
-            mark = m.group(1)
-            if fence is None:
-                fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence):
-                fence = None
+        on_fence, fence = code_fence(line, fence)
+        if on_fence:
+            pass
         elif fence is None and (m := _SHAPED_RE.match(line)):
             line = f"{'#' * (len(m.group(1)) - 1)} {m.group(2)}"
         elif _ESCAPED_RE.match(line):

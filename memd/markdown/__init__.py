@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memd.markdown.lines import lines_of, read_lines
     from memd.markdown.overflow import index_view
     from memd.markdown.summary import (
+        code_fence,
         parse_summary_title,
         read_front_matter,
         render_summary,

@@ -72,12 +72,9 @@ def shape_body(text: str, span: str) -> str:
     out: list[str] = []
     fence: str | None = None
     for line in _BREAKS_RE.sub("\n", text).strip().split("\n"):
-        if m := _FENCE_RE.match(line):
-            mark = m.group(1)
-            if fence is None:
-                fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence):
-                fence = None
+        on_fence, fence = code_fence(line, fence)
+        if on_fence:
+            pass
         elif (m := _HEADING_RE.match(line)) and fence is None:
             level = min(6, len(m.group(1)) + 1)
             line = f"{'#' * level} {span} · summary · {m.group(2).strip()}"
@@ -85,6 +82,24 @@ def shape_body(text: str, span: str) -> str:
             line = "\\" + line
         out.append(line)
     return "\n".join(out)
+
+
+def code_fence(line: str, fence: str | None) -> tuple[bool, str | None]:
+    """Whether `line` is a code fence line, and the fence open after it (None: none).
+
+    CommonMark's rule: a fence closes only on a run of its own character at least as long
+    as the one that opened it; any other fence line inside it is code. The summary writer
+    and its reader (memd.compaction.base) must agree on it, or a `#` in code would be
+    taken for a heading by one of them."""
+    m = _FENCE_RE.match(line)
+    if m is None:
+        return False, fence
+    mark = m.group(1)
+    if fence is None:
+        return True, mark
+    if mark[0] == fence[0] and len(mark) >= len(fence):
+        return True, None
+    return True, fence
 
 
 def parse_summary_title(title: str) -> tuple[datetime, datetime] | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import aiohttp
@@ -25,30 +24,20 @@ from aiohttp import web
 
 from memd.proxy import anthropic_stream as ans
 from memd.proxy.apis import named_event
-from memd.proxy.rounds import Reply, RoundLoop
+from memd.proxy.rounds import RecallTool, Reply, RoundLoop
 from memd.proxy.stream import EventSplitter, StreamError, parse_chunk
 
 
-@dataclass(frozen=True)
-class AnthropicTool:
+class AnthropicTool(RecallTool):
     """The recall tool as `memory.tools` serves it, in the Messages API's tool shape."""
 
-    name: str
-    definition: dict[str, Any]
-    instructions: str
-
-    @classmethod
-    def from_listing(cls, listing: dict[str, Any]) -> AnthropicTool | None:
-        tools = listing.get("tools") or []
-        if not listing.get("memory_on") or not tools:
-            return None
-        tool = tools[0]
-        definition = {
+    @staticmethod
+    def shape(tool: dict[str, Any]) -> dict[str, Any]:
+        return {
             "name": tool["name"],
             "description": tool.get("description", ""),
             "input_schema": tool.get("inputSchema") or {"type": "object"},
         }
-        return cls(tool["name"], definition, listing.get("instructions") or "")
 
 
 def refusal_reason(body: dict[str, Any], tool: AnthropicTool) -> str | None:

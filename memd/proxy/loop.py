@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -32,7 +31,7 @@ from aiohttp import web
 
 from memd.proxy import upstream as up
 from memd.proxy.relay import first_message
-from memd.proxy.rounds import Reply, RoundLoop
+from memd.proxy.rounds import RecallTool, Reply, RoundLoop
 from memd.proxy.stream import (
     DONE,
     EventSplitter,
@@ -43,30 +42,17 @@ from memd.proxy.stream import (
 )
 
 
-@dataclass(frozen=True)
-class MemoryTool:
+class MemoryTool(RecallTool):
     """The recall tool as `memory.tools` serves it, in the chat API's function shape."""
 
-    name: str
-    definition: dict[str, Any]
-    instructions: str
-
-    @classmethod
-    def from_listing(cls, listing: dict[str, Any]) -> MemoryTool | None:
-        tools = listing.get("tools") or []
-        if not listing.get("memory_on") or not tools:
-            return None
-        tool = tools[0]
+    @staticmethod
+    def shape(tool: dict[str, Any]) -> dict[str, Any]:
         function = {
             "name": tool["name"],
             "description": tool.get("description", ""),
             "parameters": tool.get("inputSchema") or {"type": "object"},
         }
-        return cls(
-            tool["name"],
-            {"type": "function", "function": function},
-            listing.get("instructions") or "",
-        )
+        return {"type": "function", "function": function}
 
 
 def refusal_reason(body: dict[str, Any], tool: MemoryTool) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -30,34 +29,24 @@ from aiohttp import web
 
 from memd.proxy import upstream as up
 from memd.proxy.apis import named_event
-from memd.proxy.rounds import Reply, RoundLoop
+from memd.proxy.rounds import RecallTool, Reply, RoundLoop
 from memd.proxy.stream import EventSplitter, StreamError, parse_chunk
 
 FINAL = ("response.completed", "response.incomplete")
 
 
-@dataclass(frozen=True)
-class ResponsesTool:
+class ResponsesTool(RecallTool):
     """The recall tool as `memory.tools` serves it, as a Responses function tool."""
 
-    name: str
-    definition: dict[str, Any]
-    instructions: str
-
-    @classmethod
-    def from_listing(cls, listing: dict[str, Any]) -> ResponsesTool | None:
-        tools = listing.get("tools") or []
-        if not listing.get("memory_on") or not tools:
-            return None
-        tool = tools[0]
-        definition = {
+    @staticmethod
+    def shape(tool: dict[str, Any]) -> dict[str, Any]:
+        return {
             "type": "function",
             "name": tool["name"],
             "description": tool.get("description", ""),
             "parameters": tool.get("inputSchema") or {"type": "object"},
             "strict": False,  # the API's default is strict, which memd's schema is not
         }
-        return cls(tool["name"], definition, listing.get("instructions") or "")
 
 
 def refusal_reason(body: dict[str, Any], tool: ResponsesTool) -> str | None:

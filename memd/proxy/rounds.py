@@ -19,7 +19,8 @@ import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -33,11 +34,27 @@ CallMemory = Callable[[str, str], Awaitable[str]]  # (name, raw JSON arguments) 
 Reply = dict[str, Any]
 
 
-class RecallTool(Protocol):
-    """memd's recall tool in one API's shape (`MemoryTool`, `ResponsesTool`, ...)."""
+@dataclass(frozen=True)
+class RecallTool(ABC):
+    """The recall tool as `memory.tools` serves it, in one API's shape (`definition`)."""
 
-    @property
-    def name(self) -> str: ...
+    name: str
+    definition: dict[str, Any]
+    instructions: str
+
+    @classmethod
+    def from_listing(cls, listing: dict[str, Any]) -> Self | None:
+        """The tool of a `memory.tools` answer; None while memory is off for the client."""
+        tools = listing.get("tools") or []
+        if not listing.get("memory_on") or not tools:
+            return None
+        tool = tools[0]
+        return cls(tool["name"], cls.shape(tool), listing.get("instructions") or "")
+
+    @staticmethod
+    @abstractmethod
+    def shape(tool: dict[str, Any]) -> dict[str, Any]:
+        """The API's tool definition, from MCP's (`name`, `description`, `inputSchema`)."""
 
 
 class StreamRound(Protocol):

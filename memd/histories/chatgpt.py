@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from memd.histories.model import EPOCH, Conversation, Exchange, Tally, from_epoch
+from memd.histories.model import EPOCH, Conversation, Tally, from_epoch
 
 SHOWN = ("text", "multimodal_text")
 
@@ -39,7 +39,7 @@ def conversation(raw: Any, n: int, tally: Tally) -> Conversation | None:
             continue
         mid = str(msg.get("id") or f"{cid}#{len(conv.exchanges)}")
         msg_when = from_epoch(msg.get("create_time"), when)
-        _add(conv, msg["author"]["role"], text, mid, msg_when)
+        conv.add(msg["author"]["role"] == "user", text, mid, msg_when)
     if not conv.exchanges:
         tally.skip("conversation(s) with no messages")
         return None
@@ -102,17 +102,3 @@ def _part(part: Any) -> str:
             return str(part["text"])
         return "[image]" if "image" in kind else f"[{kind.removesuffix('_asset_pointer')}]"
     return ""
-
-
-def _add(conv: Conversation, role: str, text: str, mid: str, when: Any) -> None:
-    """A user message opens an exchange; assistant messages answer the open one."""
-    last = conv.exchanges[-1] if conv.exchanges else None
-    if role == "user":
-        if last is not None and not last.assistant:
-            last.user += "\n\n" + text
-        else:
-            conv.exchanges.append(Exchange(mid, when, text, ""))
-    elif last is None:
-        conv.exchanges.append(Exchange(mid, when, "", text))
-    else:
-        last.assistant = f"{last.assistant}\n\n{text}" if last.assistant else text

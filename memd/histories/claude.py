@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memd.histories.model import EPOCH, Conversation, Exchange, Tally, from_iso
+from memd.histories.model import EPOCH, Conversation, Tally, from_iso
 
 
 def conversation(raw: Any, n: int, tally: Tally) -> Conversation | None:
@@ -33,16 +33,7 @@ def conversation(raw: Any, n: int, tally: Tally) -> Conversation | None:
             continue
         mid = str(msg.get("uuid") or f"{cid}#{i}")
         msg_when = from_iso(msg.get("created_at"), when)
-        last = conv.exchanges[-1] if conv.exchanges else None
-        if msg.get("sender") == "human":
-            if last is not None and not last.assistant:
-                last.user += "\n\n" + text
-            else:
-                conv.exchanges.append(Exchange(mid, msg_when, text, ""))
-        elif last is None:
-            conv.exchanges.append(Exchange(mid, msg_when, "", text))
-        else:
-            last.assistant = f"{last.assistant}\n\n{text}" if last.assistant else text
+        conv.add(msg.get("sender") == "human", text, mid, msg_when)
     if not conv.exchanges:
         tally.skip("conversation(s) with no messages")
         return None

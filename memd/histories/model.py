@@ -32,6 +32,21 @@ class Conversation:
     exchanges: list[Exchange] = field(default_factory=list)
     session_id: str | None = None  # memd export only: the session it came from
 
+    def add(self, from_user: bool, text: str, message_id: str, when: datetime) -> None:
+        """One message of a chat export: a user message opens an exchange (or joins the
+        open one that has no answer yet); an assistant message answers the open one (or
+        opens one with no user text, when the conversation starts with it)."""
+        last = self.exchanges[-1] if self.exchanges else None
+        if from_user:
+            if last is not None and not last.assistant:
+                last.user += "\n\n" + text
+            else:
+                self.exchanges.append(Exchange(message_id, when, text, ""))
+        elif last is None:
+            self.exchanges.append(Exchange(message_id, when, "", text))
+        else:
+            last.assistant = f"{last.assistant}\n\n{text}" if last.assistant else text
+
 
 @dataclass
 class Tally:

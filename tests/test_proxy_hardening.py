@@ -3,8 +3,10 @@
 Issue 24: a non-ASCII key gave a 500 (item 8); 1,100 idle connections from another user
 took every descriptor memd had, so `memd record` timed out, supervision failed and the
 log grew by 90 MB (item 7); `memd proxy` beside a `memd run` that serves the proxy said
-only "address already in use" (item 13). Attacker steps run as uid 65534 where the tests
-run as root (tests/support/hostile.py).
+only "address already in use" (item 13). A proxy that could not listen kept saying
+"failed" after a config edit turned it off (the browser's hook forgot the error; the
+proxy's did not). Attacker steps run as uid 65534 where the tests run as root
+(tests/support/hostile.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +224,53 @@ def test_memd_proxy_beside_memd_run_says_memd_serves_it(proxy: Proxy, tmp_path: 
     assert done.returncode != 0
     assert "memd run" in done.stderr and proxy.url in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- a proxy that could not listen, then turned off or fixed by a config edit ---------------
+
+
+def test_a_failed_listen_is_forgotten_when_the_proxy_is_turned_off_or_fixed(
+    config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    """The browser's hook cleared its old error on a reload; the proxy's kept "failed"."""
+    upstream = "http://127.0.0.1:9/v1"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        memd = daemon_factory(
+            config_file(
+                clients=CLIENTS,
+                proxy={"listen": f"127.0.0.1:{port}", "upstream_base_url": upstream},
+            )
+        )
+        failed = memd.call("daemon.status")["proxy"]
+        assert failed["state"] == "failed" and f"127.0.0.1:{port}" in failed["error"], failed
+        assert "proxy    failed" in _memd_status(memd)
+
+        config_file(clients=CLIENTS)  # no upstream: the proxy is off
+        _until(lambda: memd.call("daemon.status").get("proxy") is None, memd)
+        assert "proxy" not in _memd_status(memd)
+
+    config_file(clients=CLIENTS, proxy={"listen": "127.0.0.1:0", "upstream_base_url": upstream})
+    _until(lambda: (memd.call("daemon.status").get("proxy") or {}).get("state") == "running", memd)
+    assert "error" not in memd.call("daemon.status")["proxy"]
+
+
+def _memd_status(memd: DaemonProcess) -> str:
+    shown = subprocess.run(
+        [sys.executable, "-m", "memd.cli", "status", "--config", str(memd.config_path)],
+        capture_output=True,
+        text=True,
+        env=memd.env,
+        cwd=str(REPO),
+        timeout=60,
+    )
+    return shown.stdout
+
+
+def _until(predicate: Callable[[], bool], memd: DaemonProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, memd.log()[-3000:]
+        time.sleep(0.2)

@@ -61,6 +61,7 @@ class FrontEndHook(ABC, Generic[ServerT]):
 
     async def start(self, config: Config) -> None:
         self.config = config
+        self.error = None  # a past failure to listen says nothing about this config
         if not self._enabled(config):
             return
         server = self._server(config)
@@ -73,6 +74,11 @@ class FrontEndHook(ABC, Generic[ServerT]):
             log.error(f"{self.name}.start_failed", listen=listen, error=self.error)
             return
         self.server, self.error = server, None
+
+    async def restart(self, config: Config) -> None:
+        """Close what runs, then start on `config` (never overlapping: one port)."""
+        await self.close()
+        await self.start(config)
 
     def status(self) -> dict[str, Any] | None:
         if self.server is not None:

@@ -124,8 +124,7 @@ class ProxyService(FrontEndHook[ProxyServer]):
             old.memory_dir,
         ) == (config.proxy.listen, config.proxy.enabled, config.socket, config.memory_dir):
             return
-        await self.close()
-        await self.start(config)
+        await self.restart(config)
 
 
 class _FileConfig:

@@ -98,6 +98,4 @@ class UiService(FrontEndHook[UiServer]):
             config.memory_dir,
         ):
             return
-        await self.close()
-        self.error = None
-        await self.start(config)
+        await self.restart(config)

@@ -422,7 +422,11 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     )
     proc = DaemonProcess(path, env={"XDG_RUNTIME_DIR": str(tmp / "xdg")}).start()
     try:
-        yield Fuzzed(proc, tmp)
+        fuzz = Fuzzed(proc, tmp)
+        yield fuzz
+        # After every test of this file that ran on this worker, whatever their order:
+        # pytest-xdist's worksteal may run test_zz_... before others, on another worker.
+        survived_and_clean(fuzz)
     finally:
         proc.stop()
 
@@ -547,9 +551,25 @@ def test_line_over_the_limit_is_refused_and_the_daemon_goes_on(fuzzed: Fuzzed) -
 
 
 def test_zz_daemon_survived_and_wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> None:
-    """Runs last in this file: the same daemon still serves, and the disk is clean."""
+    """The same daemon still serves, and the disk is clean.
+
+    Named to run last, but under `-n 3 --dist worksteal` a file's tests may be split
+    across workers and this one may run first; the module fixture's teardown makes the
+    same check after all of the file's tests on each worker."""
+    survived_and_clean(fuzzed)
+
+
+def survived_and_clean(fuzzed: Fuzzed) -> None:
+    """The daemon started for the module still answers and records; nothing was written
+    outside memory_dir (nor where a path trick could lead); inside it only memd's names."""
+    still_serves(fuzzed)
+    wrote_only_inside_memory_dir(fuzzed)
+
+
+def still_serves(fuzzed: Fuzzed) -> None:
+    """The same process answers daemon.status and records an exchange."""
     status = fuzzed.send(
-        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "daemon.status"}).encode()
+        json.dumps({"jsonrpc": "2.0", "id": next(fuzzed.ids), "method": "daemon.status"}).encode()
     )
     assert status["result"]["pid"] == fuzzed.pid
     assert fuzzed.proc.proc is not None and fuzzed.proc.proc.poll() is None
@@ -557,7 +577,7 @@ def test_zz_daemon_survived_and_wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> 
         json.dumps(
             {
                 "jsonrpc": "2.0",
-                "id": 2,
+                "id": next(fuzzed.ids),
                 "method": "memory.record_exchange",
                 "params": {
                     "client_id": "agent",
@@ -569,6 +589,10 @@ def test_zz_daemon_survived_and_wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> 
         ).encode()
     )
     assert ok["result"]["conversation"] >= 1
+
+
+def wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> None:
+    """Nothing new beside memory_dir, no escaped name anywhere, only memd's names inside."""
     # Nothing new outside memory_dir inside the test folder ...
     # (the zygote's socket sits in the runtime dir, named after memory_dir's hash)
     zygote = {

@@ -38,7 +38,8 @@ from memd.markdown import (
 from memd.recall import context
 from memd.recall.files import LineCache, RecentFiles
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
-from memd.recall.shown import Neighbours, Shown, dated
+from memd.recall.shown import Neighbours, Shown, dated, headless
+from memd.recall.surround import surround
 
 log = structlog.get_logger()
 
@@ -99,7 +100,8 @@ async def recall(
         if lane is None:
             own.close()
     hits = relevant(hits, settings.min_score, settings.drop_below)
-    return render(await _shown(hits, layout, top_k, settings, own.recent, timeout), budget)
+    shown = await _shown(hits, layout, top_k, settings, own.recent, timeout, (after, before))
+    return render(shown, budget)
 
 
 async def _shown(
@@ -109,9 +111,12 @@ async def _shown(
     settings: RecallConfig,
     files: RecentFiles,
     timeout: float,
+    period: tuple[datetime | None, datetime | None],
 ) -> list[Memory]:
     """`collect` in a thread, bounded by `timeout` (RecallTimeoutError)."""
-    show = functools.partial(collect, files=files)
+    show = functools.partial(
+        collect, files=files, context_chars=settings.context_chars, period=period
+    )
     args = (hits, layout, top_k, settings.follow_questions, settings.neighbours)
     try:
         return await asyncio.wait_for(asyncio.to_thread(show, *args), timeout)
@@ -205,6 +210,8 @@ def collect(
     follow_questions: bool = True,
     neighbours: bool = True,
     files: RecentFiles | None = None,
+    context_chars: int = 0,
+    period: tuple[datetime | None, datetime | None] = (None, None),
 ) -> list[Memory]:
     """Expand hits best first into at most `top_k` distinct sections of this client's files.
 
@@ -214,13 +221,17 @@ def collect(
     among the results itself. With `neighbours`, a hit that did not make the top_k but is
     the exchange right before or after a result is shown inside that result, clipped
     (memd.recall.shown.Neighbours): it matched the query too, and beside its neighbour it
-    costs a few hundred characters instead of a result. `files`: RecallLane.recent."""
+    costs a few hundred characters instead of a result. Then, while the results' text is
+    under `context_chars`, the exchanges after and before the best results are added
+    (memd.recall.surround), none outside `period` (the recall's `after`, `before`).
+    `files`: RecallLane.recent."""
     sessions = layout.sessions.resolve()
     reader = LineCache(files or RecentFiles())
     shown = Shown()
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
     near = Neighbours()
+    spans: list[tuple[Path, int, int]] = []
     for hit in hits:
         path = contained_path(hit.source, sessions)
         if path is None:
@@ -246,18 +257,21 @@ def collect(
         )
         follows.append((path, found[0] + 1, found[1]) if found else None)
         near.shown(path, section)
+        spans.append((path, section.start_line, section.end_line))
         out.append(_memory(hit, section, content, describe_source(path, sessions, hit, reader)))
-    return near.attach(_with_follows(out, follows, shown.starts()), shown)
+    out = near.attach(_with_follows(out, follows, shown.starts()), shown)
+    return surround(out, spans, shown, reader, context_chars, period)
 
 
 def _memory(hit: Hit, section: Section, content: str, source: Source) -> Memory:
+    text, dropped = headless(dated(content, hit), hit.heading)
     return Memory(
         source=source,
         heading=section.heading,
-        content=dated(content, hit),
+        content=text,
         score=hit.score,
         chunk_hash=hit.chunk_hash,
-        focus_line=max(0, hit.start_line - section.start_line),
+        focus_line=max(0, hit.start_line - section.start_line - dropped),
     )
 
 

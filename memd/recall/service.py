@@ -221,9 +221,8 @@ def collect(
     among the results itself. With `neighbours`, a hit that did not make the top_k but is
     the exchange right before or after a result is shown inside that result, clipped
     (memd.recall.shown.Neighbours): it matched the query too, and beside its neighbour it
-    costs a few hundred characters instead of a result. Then, while the results' text is
-    under `context_chars`, the exchanges after and before the best results are added
-    (memd.recall.surround), none outside `period` (the recall's `after`, `before`).
+    costs a few hundred characters instead of a result. Then the exchanges around the
+    best results, within `context_chars` and `period` (memd.recall.surround).
     `files`: RecallLane.recent."""
     sessions = layout.sessions.resolve()
     reader = LineCache(files or RecentFiles())
@@ -231,15 +230,9 @@ def collect(
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
     near = Neighbours()
-    spans: list[tuple[Path, int, int]] = []
     for hit in hits:
-        path = contained_path(hit.source, sessions)
+        path = _servable(hit, layout, sessions, reader)
         if path is None:
-            log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
-            continue
-        if not reader.servable(path) or _is_front_matter_only(hit):
-            # Deleted since it was indexed (deleting a file removes it from recall), or not
-            # a regular file of memd's uid opened without following a link (memd.trust).
             continue
         section = shown.section(hit, path, sessions, reader.lines(path))
         if len(out) >= top_k:
@@ -257,10 +250,22 @@ def collect(
         )
         follows.append((path, found[0] + 1, found[1]) if found else None)
         near.shown(path, section)
-        spans.append((path, section.start_line, section.end_line))
         out.append(_memory(hit, section, content, describe_source(path, sessions, hit, reader)))
     out = near.attach(_with_follows(out, follows, shown.starts()), shown)
-    return surround(out, spans, shown, reader, context_chars, period)
+    return surround(out, near.results(), shown, reader, context_chars, period)
+
+
+def _servable(hit: Hit, layout: ClientLayout, sessions: Path, reader: LineCache) -> Path | None:
+    """The hit's file when recall may show it: inside the client's `sessions/`, still
+    there (deleting a file removes it from recall), a regular file of memd's uid opened
+    without following a link (memd.trust), and not only front matter."""
+    path = contained_path(hit.source, sessions)
+    if path is None:
+        log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
+        return None
+    if not reader.servable(path) or _is_front_matter_only(hit):
+        return None
+    return path
 
 
 def _memory(hit: Hit, section: Section, content: str, source: Source) -> Memory:

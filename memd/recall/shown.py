@@ -122,6 +122,10 @@ class Neighbours:
     def shown(self, path: Path, section: Section) -> None:
         self._results.append((path, section.start_line, section.end_line))
 
+    def results(self) -> list[tuple[Path, int, int]]:
+        """Each result's file and 1-based line span, in the order `shown` was called."""
+        return list(self._results)
+
     def offer(self, path: Path, section: Section) -> None:
         self._offered.append((path, section))
 

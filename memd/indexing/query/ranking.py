@@ -184,17 +184,9 @@ def fused_rows(
         # smaller-is-better distance); a Milvus server reports them as they are.
         found[key] = Candidate(key, abs(float(hit["distance"])), cos)
     query_terms = terms(query)
-    texts = {
-        key: (
-            row.get("heading") or "",
-            own_text(row.get("content") or "", row.get("heading") or ""),
-        )
-        for key, row in rows.items()
-    }
+    texts = {key: _texts(row) for key, row in rows.items()}
     lift = timing.lifts(query, texts, now)
-    found = {
-        key: _own_bm25(cand, query_terms, rows[key], texts[key][1]) for key, cand in found.items()
-    }
+    found = {k: _own_bm25(c, query_terms, rows[k], texts[k][1]) for k, c in found.items()}
     best = max((c.bm25 for c in found.values()), default=0.0) or 1.0
     trust = 1.0
     if tuned.keyword_trust and found:
@@ -208,6 +200,12 @@ def fused_rows(
         features = (cand.cosine, _covered(query_terms, row), cand.bm25 / best, fused / top)
         out.append({**row, "score": relevance(features, tuned.relevance), "features": features})
     return out
+
+
+def _texts(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A row's heading and its own text (memd.indexing.query.timing reads both)."""
+    heading = row.get("heading") or ""
+    return heading, own_text(row.get("content") or "", heading)
 
 
 def _own_bm25(

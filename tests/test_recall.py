@@ -227,8 +227,9 @@ def test_transcript_label_names_session_conversation_and_time(layout: ClientLayo
     assert src.label == (
         f"transcript · session {path.stem} · conversation 2 · 2026-11-02 11:05:00 UTC"
     )
-    assert memory.content.startswith(heading)
-    assert "**User:** more in it" in memory.content
+    # The label says the time: the heading line is not repeated (the heading field has it).
+    assert memory.content.startswith("**User:** more in it")
+    assert memory.heading == heading[3:]
     assert "**User:** second conversation" not in memory.content
 
 

@@ -119,9 +119,8 @@ def test_results_leave_the_repeated_conversation_title_out(
         _hit(path, "## 2026-11-01 10:01:00", 2, "ex2"),
     ]
     first, second = rc.collect(hits, layout, 5, follow_questions=False, neighbours=False)
-    assert first.content.split("\n")[0] == "## 2026-11-01 10:00:00 UTC · exchange 1"
-    assert f"**User:** {TITLE}" in first.content  # its own first message says it
-    assert second.content.split("\n")[0] == "## 2026-11-01 10:01:00 UTC · exchange 2"
+    assert first.content.startswith(f"**User:** {TITLE}")  # its own first message says it
+    assert second.content.startswith("**User:** Thanks!")
     assert TITLE not in second.content
     assert second.heading.endswith(TITLE)  # the result's heading field keeps it
 
@@ -223,5 +222,6 @@ def test_spare_key_demo_each_exchange_once_and_no_title_lift(tmp_path: Path) -> 
     assert text.count("carbonara") <= 1 and text.count("Sunny and warm") <= 1
     assert all(r["score"] >= RecallConfig().drop_below for r in results)
     assert "relevance 0.00" not in text
-    small_talk = [r for r in results if "carbonara" in r["content"] or "Sunny" in r["content"]]
+    # (the first result may show the next exchange inside it: memd.recall.surround)
+    small_talk = [r for r in results[1:] if r["heading"].endswith(TITLE)]
     assert all(r["score"] < results[0]["score"] / 2 for r in small_talk), results

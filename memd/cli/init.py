@@ -91,6 +91,7 @@ TEMPLATE = """\
 # drop_below = {r[drop_below]}
 # follow_questions = {r[follow_questions]}
 # neighbours = {r[neighbours]}
+# context_chars = {r[context_chars]}
 
 # [limits]                    # bounds that keep one caller from stalling the others
 # max_connections = {l[max_connections]}

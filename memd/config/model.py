@@ -156,13 +156,16 @@ class RecallConfig:
     and when none reaches `min_score` recall answers "No relevant memories found.".
     With `follow_questions`, a result that ends by asking a question is followed by the
     user's next message (its answer); with `neighbours`, a matching exchange right before
-    or after a result is shown inside it, clipped."""
+    or after a result is shown inside it, clipped. While the results' text is under
+    `context_chars` characters (0: off), the exchanges after and before the best results
+    are added inside them (memd.recall.surround)."""
 
     bm25_weight: float = 0.7
     min_score: float = 0.05
     drop_below: float = 0.005
     follow_questions: bool = True
     neighbours: bool = True
+    context_chars: int = 2500
 
 
 @dataclass(frozen=True)

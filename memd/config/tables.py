@@ -73,6 +73,8 @@ def _recall(parser: Parser, _data: Mapping[str, Any], rec: RecallConfig) -> None
             raise parser.fail(f"recall.{key}", "must be between 0 and 1")
     if rec.drop_below > rec.min_score:
         raise parser.fail("recall.drop_below", "must not be above recall.min_score")
+    if rec.context_chars < 0:
+        raise parser.fail("recall.context_chars", "must be 0 (off) or a positive number")
 
 
 def _compaction(parser: Parser, data: Mapping[str, Any], comp: CompactionConfig) -> None:

@@ -68,6 +68,20 @@ def next_exchange(lines: Sequence[str], end: int) -> tuple[int, int] | None:
     return i, j
 
 
+def previous_exchange(lines: Sequence[str], start: int) -> tuple[int, int] | None:
+    """(start, end) 0-based line span of the exchange right before a section whose heading
+    is 0-based line `start`, when that is an exchange of the same conversation."""
+    i = start - 1
+    while i >= 0:
+        m = _HEADING_RE.match(lines[i])
+        if m and len(m.group(1)) <= 2:
+            break
+        i -= 1
+    if i < 0 or not lines[i].startswith("## ") or parse_exchange_title(lines[i][3:]) is None:
+        return None
+    return i, start
+
+
 def user_message(lines: Sequence[str]) -> str:
     """The text of the first `**User:**` message among lines, up to the next role marker."""
     out: list[str] | None = None

@@ -38,7 +38,8 @@ from memd.markdown import (
 from memd.recall import context
 from memd.recall.files import LineCache, RecentFiles
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
-from memd.recall.shown import Neighbours, Shown, dated
+from memd.recall.shown import Neighbours, Shown, dated, headless
+from memd.recall.surround import surround
 
 log = structlog.get_logger()
 
@@ -99,7 +100,8 @@ async def recall(
         if lane is None:
             own.close()
     hits = relevant(hits, settings.min_score, settings.drop_below)
-    return render(await _shown(hits, layout, top_k, settings, own.recent, timeout), budget)
+    shown = await _shown(hits, layout, top_k, settings, own.recent, timeout, (after, before))
+    return render(shown, budget)
 
 
 async def _shown(
@@ -109,9 +111,12 @@ async def _shown(
     settings: RecallConfig,
     files: RecentFiles,
     timeout: float,
+    period: tuple[datetime | None, datetime | None],
 ) -> list[Memory]:
     """`collect` in a thread, bounded by `timeout` (RecallTimeoutError)."""
-    show = functools.partial(collect, files=files)
+    show = functools.partial(
+        collect, files=files, context_chars=settings.context_chars, period=period
+    )
     args = (hits, layout, top_k, settings.follow_questions, settings.neighbours)
     try:
         return await asyncio.wait_for(asyncio.to_thread(show, *args), timeout)
@@ -205,6 +210,8 @@ def collect(
     follow_questions: bool = True,
     neighbours: bool = True,
     files: RecentFiles | None = None,
+    context_chars: int = 0,
+    period: tuple[datetime | None, datetime | None] = (None, None),
 ) -> list[Memory]:
     """Expand hits best first into at most `top_k` distinct sections of this client's files.
 
@@ -214,7 +221,9 @@ def collect(
     among the results itself. With `neighbours`, a hit that did not make the top_k but is
     the exchange right before or after a result is shown inside that result, clipped
     (memd.recall.shown.Neighbours): it matched the query too, and beside its neighbour it
-    costs a few hundred characters instead of a result. `files`: RecallLane.recent."""
+    costs a few hundred characters instead of a result. Then the exchanges around the
+    best results, within `context_chars` and `period` (memd.recall.surround).
+    `files`: RecallLane.recent."""
     sessions = layout.sessions.resolve()
     reader = LineCache(files or RecentFiles())
     shown = Shown()
@@ -222,13 +231,8 @@ def collect(
     follows: list[tuple[Path, int, str] | None] = []
     near = Neighbours()
     for hit in hits:
-        path = contained_path(hit.source, sessions)
+        path = _servable(hit, layout, sessions, reader)
         if path is None:
-            log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
-            continue
-        if not reader.servable(path) or _is_front_matter_only(hit):
-            # Deleted since it was indexed (deleting a file removes it from recall), or not
-            # a regular file of memd's uid opened without following a link (memd.trust).
             continue
         section = shown.section(hit, path, sessions, reader.lines(path))
         if len(out) >= top_k:
@@ -247,17 +251,32 @@ def collect(
         follows.append((path, found[0] + 1, found[1]) if found else None)
         near.shown(path, section)
         out.append(_memory(hit, section, content, describe_source(path, sessions, hit, reader)))
-    return near.attach(_with_follows(out, follows, shown.starts()), shown)
+    out = near.attach(_with_follows(out, follows, shown.starts()), shown)
+    return surround(out, near.results(), shown, reader, context_chars, period)
+
+
+def _servable(hit: Hit, layout: ClientLayout, sessions: Path, reader: LineCache) -> Path | None:
+    """The hit's file when recall may show it: inside the client's `sessions/`, still
+    there (deleting a file removes it from recall), a regular file of memd's uid opened
+    without following a link (memd.trust), and not only front matter."""
+    path = contained_path(hit.source, sessions)
+    if path is None:
+        log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
+        return None
+    if not reader.servable(path) or _is_front_matter_only(hit):
+        return None
+    return path
 
 
 def _memory(hit: Hit, section: Section, content: str, source: Source) -> Memory:
+    text, dropped = headless(dated(content, hit), hit.heading)
     return Memory(
         source=source,
         heading=section.heading,
-        content=dated(content, hit),
+        content=text,
         score=hit.score,
         chunk_hash=hit.chunk_hash,
-        focus_line=max(0, hit.start_line - section.start_line),
+        focus_line=max(0, hit.start_line - section.start_line - dropped),
     )
 
 

@@ -73,6 +73,21 @@ class Shown:
         return first[: -len(TITLE_SEP + parsed[3])] + sep + rest
 
 
+def headless(content: str, heading: str) -> tuple[str, int]:
+    """An exchange's text without its heading line, and how many lines went with it.
+
+    The heading says the exchange's time and number; the result's label says the time
+    already (and the result's `heading` keeps the number): on LoCoMo the line was 40 of
+    every 450 characters an answer. A heading with a note (`regenerated reply to
+    exchange 2`) stays: the note is said nowhere else."""
+    parsed = parse_exchange_heading(heading)
+    first, _sep, rest = content.partition("\n")
+    if not parsed or parsed[2] or not first.startswith("## ") or not rest.strip():
+        return content, 0
+    body = rest.lstrip("\n")
+    return body, 1 + len(rest) - len(body)
+
+
 def dated(content: str, hit: Hit) -> str:
     """The exchange's text, followed by the relative dates said in it made absolute
     (`(dates said: yesterday = 7 May 2023; last Saturday = 6 May 2023)`)."""
@@ -106,6 +121,10 @@ class Neighbours:
 
     def shown(self, path: Path, section: Section) -> None:
         self._results.append((path, section.start_line, section.end_line))
+
+    def results(self) -> list[tuple[Path, int, int]]:
+        """Each result's file and 1-based line span, in the order `shown` was called."""
+        return list(self._results)
 
     def offer(self, path: Path, section: Section) -> None:
         self._offered.append((path, section))
@@ -141,5 +160,9 @@ class Neighbours:
 
 def _body(section: str) -> str:
     """An exchange's messages without its heading, on as few lines as they take."""
-    _heading, _sep, body = section.partition("\n")
-    return " ".join(line.strip() for line in body.split("\n") if line.strip())
+    return body_text(section.split("\n"))
+
+
+def body_text(lines: Sequence[str]) -> str:
+    """The messages of an exchange's lines (its heading first), on as few lines as they take."""
+    return " ".join(line.strip() for line in lines[1:] if line.strip())

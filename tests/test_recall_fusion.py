@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from memd.indexing import minilm
 from memd.indexing.query import ranking
 
 QUERY = "which novel do I enjoy reading"
@@ -57,6 +58,6 @@ def test_a_query_its_keyword_hit_answers_whole_keeps_the_keyword_half() -> None:
 
 
 def test_the_tuning_follows_the_configured_model() -> None:
-    assert ranking.tuning("all-minilm-l6-v2-int8") is ranking.MINILM
+    assert ranking.tuning(minilm.MODEL_NAME) is ranking.MINILM
     assert ranking.tuning("wordllama-l2-256") is ranking.WORDLLAMA
     assert ranking.tuning("text-embedding-3-small") is ranking.WORDLLAMA

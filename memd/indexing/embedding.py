@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import structlog
 
 from memd.indexing import minilm
+from memd.markdown import bare_text
 
 log = structlog.get_logger()
 
@@ -121,16 +122,18 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A bundled model: the provider that names it in the config, its vectors' size, and
-    how to load it."""
+    """A bundled model: the provider that names it in the config, its vectors' size, how
+    to load it, and whether it embeds a chunk's bare text (`memd.markdown.bare_text`:
+    without memd's headings and labels) rather than the chunk as written."""
 
     provider: str
     dimension: int
     load: Callable[[], Model]
+    bare: bool = False
 
 
 MODELS: dict[str, ModelInfo] = {
-    minilm.MODEL_NAME: ModelInfo("minilm", minilm.DIMENSION, minilm.load_model),
+    minilm.MODEL_NAME: ModelInfo("minilm", minilm.DIMENSION, minilm.load_model, bare=True),
     WORDLLAMA_MODEL: ModelInfo("wordllama", WORDLLAMA_DIMENSION, load_model),
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
@@ -168,10 +171,18 @@ class Embedder:
         return found
 
     def embed(self, texts: list[str], model: str = MODEL_NAME) -> list[list[float]]:
-        """One unit-length vector per text, from the bundled model `model`."""
+        """One unit-length vector per text, from the bundled model `model`.
+
+        The one place both sides pass through (the watchers' endpoint and recall's
+        queries), so what a model is given is decided here, the same for chunks and
+        queries: a `bare` model gets the text without memd's own lines (ModelInfo).
+        """
         if not texts:
             return []
-        return self.model(model).embed(texts)
+        found = self.model(model)
+        if MODELS[model].bare:
+            texts = [bare_text(t) for t in texts]
+        return found.embed(texts)
 
     def embed_one(self, text: str, model: str = MODEL_NAME) -> list[float]:
         return self.embed([text], model)[0]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memd.indexing import minilm
 from memd.indexing.analysis import terms
 from memd.indexing.query import timing
 from memd.markdown import parse_exchange_heading
@@ -63,7 +64,7 @@ WORDLLAMA = Tuning(0.0, RELEVANCE)
 # Fitted offline on LoCoMo dev (own and other people's questions) and bench/paraphrase.py's
 # set (paraphrases, controls, never-said questions; weighted 3x), docs/quality.md.
 MINILM = Tuning(2.0, (7.263, 2.963, -2.081, 5.315, -9.62))
-TUNINGS = {"wordllama-l2-256": WORDLLAMA, "all-minilm-l6-v2-int8": MINILM}
+TUNINGS = {"wordllama-l2-256": WORDLLAMA, minilm.MODEL_NAME: MINILM}
 
 
 def tuning(model: str) -> Tuning:

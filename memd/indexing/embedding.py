@@ -138,15 +138,16 @@ MODELS: dict[str, ModelInfo] = {
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
 # The default: what `[embedding] provider` means when it is not set. MiniLM finds
-# paraphrases WordLlama cannot, but costs ~6x the indexing CPU and ~85 MB more memory
-# (docs/indexing.md), outside issue 25's bounds, so it is opt-in.
+# paraphrases WordLlama cannot, at ~4x the indexing CPU and ~25 MB more memory
+# (docs/indexing.md); its relevance weights were fitted on the paraphrase set itself and
+# a switch changes the model under most tests, so it is still opt-in.
 MODEL_NAME = WORDLLAMA_MODEL
 DIMENSION = WORDLLAMA_DIMENSION
 
 
 class Embedder:
     """The embedded models, each loaded on first use and kept (WordLlama: well under a
-    second and ~32 MB; MiniLM: ~1 s and ~85 MB).
+    second and ~32 MB; MiniLM: ~1 s and ~25-70 MB).
 
     Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
     watchers (through `EmbeddingServer`) and every client's recall queries, so each model

@@ -62,3 +62,13 @@ def test_the_tuning_follows_the_configured_model() -> None:
     assert ranking.tuning(minilm.MODEL_NAME) is ranking.MINILM
     assert ranking.tuning("wordllama-l2-256") is ranking.WORDLLAMA
     assert ranking.tuning("text-embedding-3-small") is ranking.WORDLLAMA
+
+
+def test_minilm_keeps_a_bare_token_bm25_matches_whole_over_the_bar() -> None:
+    """ "6543" for "...listens on port 6543..." has a low cosine (0.23 with MiniLM); a
+    result whose own text holds the whole query, as the only candidate, still scores over
+    the default `min_score` 0.05 instead of "No relevant memories found."."""
+    content = "**User:** The staging database listens on port 6543.\n\n**Assistant:** Noted."
+    keyword = [{"distance": 3.0, "entity": {**_entity("port", content), "embedding": _unit(0.2)}}]
+    rows = ranking.fused_rows([], keyword, [1.0, 0.0], "6543", 1, 0.7, tuned=ranking.MINILM)
+    assert rows[0]["score"] > 0.05

@@ -6,7 +6,8 @@ through the openai SDK. The endpoint runs on aiohttp since the proxy brought it 
 predecessor on `http.server` measured, in the same run on the same machine, is in
 docs/indexing.md.
 
-    .venv/bin/python bench/embed_latency.py [--calls 200] [--model all-minilm-l6-v2-int8]
+    .venv/bin/python bench/embed_latency.py [--calls 200] \
+        [--model all-minilm-l6-v2-int8gemm-bare128]
 
 It also times what recall does per query in memd's process: one short question embedded
 (`Embedder.embed_one`), wall and CPU time.

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from memd.indexing import embedding
-from memd.indexing.daemon.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.daemon.embed_server import SPLIT_AT, EmbeddingServer, Endpoint
 from tests.support.embedding import embed, embed_one
 
 
@@ -211,6 +212,32 @@ def test_one_endpoint_serves_every_bundled_model_by_name(server: Endpoint, model
     status, data, _ = _post(server, {"model": model, "input": ["spare key"]})
     assert status == 200 and data["model"] == model
     assert data["data"][0]["embedding"] == embed_one("spare key", model)
+
+
+def test_a_watcher_s_batch_is_split_in_two_and_keeps_its_order() -> None:
+    """A batch of SPLIT_AT texts or more runs in two threads at once (a lone watcher's
+    burst uses both cores): each text still gets its own vector, in its place."""
+    threads: set[int] = set()
+
+    def tagged(texts: list[str]) -> list[list[float]]:
+        if texts != ["warm up"]:  # the server's first call, before it serves
+            threads.add(threading.get_ident())
+            time.sleep(0.05)  # both halves are in flight together
+        return [[float(len(t))] if t == "warm up" else [float(t)] for t in texts]
+
+    texts = [str(n) for n in range(40)]
+    srv = EmbeddingServer(embedder=tagged, model="m")
+    endpoint = srv.start()
+    try:
+        status, data, _ = _post(endpoint, {"model": "m", "input": texts})
+        assert status == 200
+        assert [d["embedding"] for d in data["data"]] == [[float(t)] for t in texts]
+        assert len(threads) == 2
+        threads.clear()
+        _post(endpoint, {"model": "m", "input": texts[: SPLIT_AT - 1]})
+        assert len(threads) == 1
+    finally:
+        srv.stop()
 
 
 def test_stop_frees_the_port() -> None:

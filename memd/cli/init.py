@@ -42,8 +42,8 @@ TEMPLATE = """\
 # monitor_interval_seconds = {top.monitor_interval_seconds:g}
 
 # [embedding]                 # bundled offline: "wordllama", or "minilm" (all-MiniLM-L6-v2:
-#                             # finds paraphrases; needs memd[minilm], ~18x the indexing CPU
-#                             # and ~100 MB more memory); or a memsearch provider
+#                             # finds paraphrases; needs memd[minilm], ~4x the indexing CPU
+#                             # and ~25 MB more memory); or a memsearch provider
 # provider = "{top.embedding.provider}"      # {others}
 # model = ""
 # base_url = ""

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import structlog
 
 from memd.indexing import minilm
+from memd.markdown import bare_text
 
 log = structlog.get_logger()
 
@@ -121,29 +122,32 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A bundled model: the provider that names it in the config, its vectors' size, and
-    how to load it."""
+    """A bundled model: the provider that names it in the config, its vectors' size, how
+    to load it, and whether it embeds a chunk's bare text (`memd.markdown.bare_text`:
+    without memd's headings and labels) rather than the chunk as written."""
 
     provider: str
     dimension: int
     load: Callable[[], Model]
+    bare: bool = False
 
 
 MODELS: dict[str, ModelInfo] = {
-    minilm.MODEL_NAME: ModelInfo("minilm", minilm.DIMENSION, minilm.load_model),
+    minilm.MODEL_NAME: ModelInfo("minilm", minilm.DIMENSION, minilm.load_model, bare=True),
     WORDLLAMA_MODEL: ModelInfo("wordllama", WORDLLAMA_DIMENSION, load_model),
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
 # The default: what `[embedding] provider` means when it is not set. MiniLM finds
-# paraphrases WordLlama cannot, but costs ~18x the indexing CPU and ~100 MB more memory
-# (docs/indexing.md), outside issue 25's bounds, so it is opt-in.
+# paraphrases WordLlama cannot, at ~4x the indexing CPU and ~25 MB more memory
+# (docs/indexing.md); its relevance weights were fitted on the paraphrase set itself and
+# a switch changes the model under most tests, so it is still opt-in.
 MODEL_NAME = WORDLLAMA_MODEL
 DIMENSION = WORDLLAMA_DIMENSION
 
 
 class Embedder:
     """The embedded models, each loaded on first use and kept (WordLlama: well under a
-    second and ~32 MB; MiniLM: ~1 s and ~100 MB).
+    second and ~32 MB; MiniLM: ~1 s and ~25-70 MB).
 
     Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
     watchers (through `EmbeddingServer`) and every client's recall queries, so each model
@@ -168,10 +172,18 @@ class Embedder:
         return found
 
     def embed(self, texts: list[str], model: str = MODEL_NAME) -> list[list[float]]:
-        """One unit-length vector per text, from the bundled model `model`."""
+        """One unit-length vector per text, from the bundled model `model`.
+
+        The one place both sides pass through (the watchers' endpoint and recall's
+        queries), so what a model is given is decided here, the same for chunks and
+        queries: a `bare` model gets the text without memd's own lines (ModelInfo).
+        """
         if not texts:
             return []
-        return self.model(model).embed(texts)
+        found = self.model(model)
+        if MODELS[model].bare:
+            texts = [bare_text(t) for t in texts]
+        return found.embed(texts)
 
     def embed_one(self, text: str, model: str = MODEL_NAME) -> list[float]:
         return self.embed([text], model)[0]

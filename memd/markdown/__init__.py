@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from memd import lazy_face
 
 if TYPE_CHECKING:
+    from memd.markdown.bare import bare_text
     from memd.markdown.edit import (
         Span,
         exchange_spans,

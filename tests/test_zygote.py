@@ -24,7 +24,6 @@ from memd.supervision.child import ChildSpec
 from memd.supervision.procs import reap_leftovers
 from memd.supervision.states import ProcessStates
 from memd.supervision.supervisor import Supervisor
-from memd.supervision.zygote import later_done
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 from tests.support.processes import gone, wait_until
 
@@ -48,7 +47,6 @@ class Rig:
         enabled: bool = True,
         modules: tuple[str, ...] = (TARGET,),
         preload: tuple[str, ...] = ("json",),
-        later: tuple[str, ...] = (),
     ) -> None:
         self.tmp = tmp
         self.spawner = ZygoteSpawner(tmp / "zygote.sock", enabled=enabled, modules=modules)
@@ -61,7 +59,6 @@ class Rig:
                 tmp / "zygote.pid",
                 modules=modules,
                 preload=preload,
-                later=later,
                 home=tmp,
             )
             # The zygote starts in `/` with PYTHONSAFEPATH: the test target is found
@@ -201,26 +198,6 @@ def test_zygote_killed_in_a_loop_keeps_exactly_one_process_per_child(rig: Rig) -
     assert rig.spawner.forked > 0 and rig.spawner.plain > 4
 
 
-def test_later_modules_are_imported_once_serving_and_their_children_still_fork(
-    tmp_path: Path,
-) -> None:
-    """`--later`: the zygote serves before importing these (memd's watchers' modules),
-    then marks them done; a fork of a module still pending imports the rest first."""
-    r = Rig(tmp_path, later=("xml.dom.minidom", "email.parser", TARGET))
-    try:
-        r.add("early")  # asked for as soon as the zygote serves
-        r.ready("early")
-        assert (r.spawner.forked, r.spawner.plain) == (1, 1)  # plain: the zygote itself
-        wait_until(lambda: later_done(tmp_path / "zygote.sock").exists(), sup=r.sup)
-        assert '"zygote_later_done"' in r.log("zygote")
-        r.add("after")
-        r.ready("after")
-        assert r.spawner.forked == 2
-    finally:
-        r.close()
-    assert not later_done(tmp_path / "zygote.sock").exists()  # removed as the zygote stopped
-
-
 def test_disabled_zygote_spawns_plainly(tmp_path: Path) -> None:
     r = Rig(tmp_path, enabled=False)
     try:
@@ -293,7 +270,6 @@ LAUNCHER = """
 import asyncio, json, os, pathlib, sys
 from memd.supervision.child import ChildSpec
 from memd.supervision.supervisor import Supervisor
-from memd.supervision.zygote import later_done
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 tmp = pathlib.Path(sys.argv[1])

@@ -21,10 +21,6 @@ session (pgid == pid) like a plain spawn, and waits for the zygote's "go", which
 only once memd has acknowledged the pid: a child memd never took on (it gave up waiting,
 or the zygote died in between) exits instead of running unsupervised.
 
-Two stages: `--preload` and the forkable modules, then the socket serves and the `--later`
-ones (memd's watchers' modules) are imported one by one when no request came for a while,
-so index servers fork sooner; `later_done(socket)` exists once they are all in.
-
 The zygote itself starts no threads, so forking it is safe: OpenBLAS gets one thread and
 Arrow's jemalloc no background thread (OPENBLAS_NUM_THREADS, JE_ARROW_MALLOC_CONF in its
 environment, see `zygote_env`); it reports its thread count when ready.
@@ -59,9 +55,6 @@ from memd.supervision import zygote_child
 MAX_MESSAGE = 1 << 20
 SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
 ACK_TIMEOUT = 5.0  # seconds for memd to confirm it took a child on
-# Quiet seconds before a `--later` import, from the last request (the first: memd's
-# probe): an import under way delays a probe (0.5 s timeout) or a spawn (3 s).
-LATER_QUIET = 0.25
 
 
 def zygote_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -86,25 +79,17 @@ def forkable_module(
 def preload(modules: Sequence[str], forkable: Sequence[str]) -> list[str]:
     """Import everything once and run each forkable module's `zygote_preload()` (what it
     imports lazily); returns what failed (the child imports it again and shows why)."""
-    failed = [err for name in (*modules, *forkable) if (err := _import(name, forkable))]
+    failed = []
+    for name in (*modules, *forkable):
+        try:
+            module = importlib.import_module(name)
+            if name in forkable and callable(getattr(module, "zygote_preload", None)):
+                module.zygote_preload()
+        except Exception as exc:
+            failed.append(f"{name}: {exc}")
     gc.collect()
     gc.freeze()
     return failed
-
-
-def _import(name: str, forkable: Sequence[str]) -> str | None:
-    try:
-        module = importlib.import_module(name)
-        if name in forkable and callable(getattr(module, "zygote_preload", None)):
-            module.zygote_preload()
-    except Exception as exc:
-        return f"{name}: {exc}"
-    return None
-
-
-def later_done(socket_path: Path) -> Path:
-    """The file that exists once the zygote at `socket_path` imported its `--later` list."""
-    return socket_path.with_name(socket_path.name + ".full")
 
 
 def thread_count() -> int:
@@ -117,45 +102,12 @@ def thread_count() -> int:
 class Zygote:
     """The serving loop: one connection at a time (memd's), one request at a time."""
 
-    def __init__(
-        self, socket_path: Path, parent: int, modules: Sequence[str], later: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, socket_path: Path, parent: int, modules: Sequence[str]) -> None:
         self.socket_path = socket_path
         self.parent = parent
         self.modules = frozenset(modules)
-        self.later = list(later)  # still to import, one at a time between requests
-        self._busy_at = time.monotonic() + 5.0  # the last request: the first sets it
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._stop = False
-        later_done(socket_path).unlink(missing_ok=True)
-        if not self.later:
-            later_done(socket_path).touch()
-
-    def _import_later(self, everything: bool = False) -> None:
-        """The next `--later` import (or all); after the last, freeze and mark done."""
-        while self.later:
-            if err := _import(self.later.pop(0), tuple(self.modules)):
-                print(json.dumps({"event": "zygote_preload_failed", "error": err}), flush=True)
-            if not everything:
-                break
-        if not self.later:
-            gc.collect()
-            gc.freeze()
-            later_done(self.socket_path).touch()
-            print(json.dumps({"event": "zygote_later_done", "pid": os.getpid()}), flush=True)
-
-    def _idle(self, sock: socket.socket) -> bool:
-        """Import a `--later` module if nothing came on `sock` for LATER_QUIET."""
-        if not self.later:
-            return False
-        wait = max(0.0, self._busy_at + LATER_QUIET - time.monotonic())
-        if select.select([sock], [], [], wait)[0]:
-            self._busy_at = time.monotonic()
-            return False
-        if time.monotonic() - self._busy_at < LATER_QUIET:
-            return True
-        self._import_later()
-        return True
 
     def bind(self) -> None:
         self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -169,8 +121,6 @@ class Zygote:
             signal.signal(sig, self._on_stop)
         try:
             while not self._stop:
-                if self._idle(self.listener):
-                    continue
                 try:
                     ready, _, _ = select.select([self.listener], [], [], 1.0)
                 except InterruptedError:
@@ -184,7 +134,6 @@ class Zygote:
         finally:
             self.listener.close()
             self.socket_path.unlink(missing_ok=True)
-            later_done(self.socket_path).unlink(missing_ok=True)
 
     def _on_stop(self, *_: Any) -> None:
         self._stop = True
@@ -194,8 +143,6 @@ class Zygote:
             return
         conn.settimeout(1.0)
         while not self._stop:
-            if self._idle(conn):
-                continue
             try:
                 data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
             except TimeoutError:
@@ -206,11 +153,8 @@ class Zygote:
                 return
             if not data:
                 return
-            self._busy_at = time.monotonic()
             try:
                 self._answer(conn, data, fds)
-            except OSError:  # the asker gave up waiting (a probe's timeout): not fatal
-                return
             finally:
                 for fd in fds:
                     with contextlib.suppress(OSError):
@@ -239,8 +183,6 @@ class Zygote:
         if job.module not in self.modules:
             _send(conn, {"ok": False, "error": f"{job.module} is not preloaded here"})
             return
-        if job.module in self.later:  # memd did not wait for later_done: finish first
-            self._import_later(everything=True)
         started = time.monotonic()
         try:
             pid, go = self._fork(job, log_fd, conn)
@@ -370,15 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="a module to fork `python -m MODULE` for (repeat)",
     )
-    parser.add_argument("--preload", action="append", default=[], help="import first (repeat)")
-    parser.add_argument("--later", action="append", default=[], help="import once serving")
+    parser.add_argument(
+        "--preload", action="append", default=[], help="a module to import first (repeat)"
+    )
     args = parser.parse_args(argv)
     modules = tuple(args.modules)
     os.umask(0o077)
     started = time.monotonic()
-    first = [m for m in (*args.preload, *modules) if m not in args.later]
-    failed = preload(first, modules)
-    zygote = Zygote(args.socket.absolute(), args.parent, modules, later=args.later)
+    failed = preload(args.preload, modules)
+    zygote = Zygote(args.socket.absolute(), args.parent, modules)
     zygote.bind()
     print(
         json.dumps(

@@ -72,11 +72,9 @@ def zygote_spec(
     modules: Sequence[str],
     home: Path | None = None,
     preload: Sequence[str] = (),
-    later: Sequence[str] = (),
 ) -> ChildSpec:
     """The supervised zygote itself (spawned plainly, never by itself): it forks
-    `python -m` of `modules` after importing `preload` and them (but `later` ones only
-    once it serves)."""
+    `python -m` of `modules` after importing `preload` and them."""
     from memd.supervision.child import ChildSpec
 
     argv = [
@@ -92,8 +90,6 @@ def zygote_spec(
         argv += ["--module", module]
     for module in preload:
         argv += ["--preload", module]
-    for module in later:
-        argv += ["--later", module]
     env = zygote_env()
     if home is not None:  # memsearch reads ~/.memsearch/config.toml at import time
         env["HOME"] = str(home)

@@ -36,12 +36,7 @@ from memd.indexing.daemon.servers import (
 )
 from memd.indexing.daemon.settings import ensure_dirs
 from memd.indexing.daemon.watch_on_demand import WatchOnDemand
-from memd.indexing.daemon.zygote import (
-    ZYGOTE_MODULES,
-    full_preload,
-    start_zygote,
-    zygote_status,
-)
+from memd.indexing.daemon.zygote import ZYGOTE_MODULES, start_zygote, zygote_status
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import Endpoint, effective_model, uses_embedded_model
 from memd.layout import ClientLayout, write_memsearch_toml
@@ -111,7 +106,6 @@ class Pipelines:
         self._servers: IndexServers = OwnServers(self.supervisor, self._prefers)
         self.on_demand = WatchOnDemand(self.supervisor, 0.0)  # set up by start()
         self._on_demand_task: asyncio.Task[None] | None = None
-        self._zygote: Path | None = None  # its socket, when memd runs one
 
     async def start(self, config: Config) -> None:
         """Reap what a crashed memd left behind, then start ticking the supervisor.
@@ -124,7 +118,7 @@ class Pipelines:
         await leftovers.reap_memd_wide(config.memory_dir)
         if self.spawner is not None:
             # first, so it imports while the rest starts; on the loop: spawns happen there
-            self._zygote = start_zygote(
+            start_zygote(
                 self.supervisor, self.spawner, config.memory_dir, config.supervision.zygote
             )
             self.supervisor.step()
@@ -189,7 +183,7 @@ class Pipelines:
             self._watching(f"{plan.client_id}/watch", layout.sessions),
             requires=served.requires if served else (),
             prefers=self._prefers(),
-            gate=self._watcher_gate(served.gate if served else None),
+            gate=served.gate if served else None,
         )
         self.on_demand.add(plan.client_id, watcher, layout.sessions)
         searcher = IndexSearcher(
@@ -201,14 +195,6 @@ class Pipelines:
         pipeline.since = time.time() - CATCH_UP_MARGIN
         self._pipelines[plan.client_id] = pipeline
         log.info("pipeline.started", client=plan.client_id, children=pipeline.children)
-
-    def _watcher_gate(self, gate: Callable[[], bool] | None) -> Callable[[], bool] | None:
-        """`gate`, and the zygote's later imports done: a watcher forked before them
-        would import them itself (and not share their pages)."""
-        sock = self._zygote
-        if sock is None:
-            return gate
-        return lambda: full_preload(self.supervisor, sock) and (gate is None or gate())
 
     def _watching(self, name: str, sessions: Path) -> Callable[[], bool]:
         """Ready once memsearch really watches sessions/ (its log line comes too early)."""

@@ -570,11 +570,12 @@ def test_zz_daemon_survived_and_wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> 
     )
     assert ok["result"]["conversation"] >= 1
     # Nothing new outside memory_dir inside the test folder ...
-    # (the zygote's socket sits in the runtime dir, named after memory_dir's hash)
+    # (the zygote's and the shared index server's control sockets sit in the runtime dir,
+    # named after memory_dir's hash)
     zygote = {
         p
         for p in fuzzed.tree_outside_memory()
-        if re.fullmatch(r"xdg(/memd-\d+(/zygote-[0-9a-f]{16}\.sock)?)?", p)
+        if re.fullmatch(r"xdg(/memd-\d+(/(zygote|index-shared)-[0-9a-f]{16}\.sock)?)?", p)
     }
     assert fuzzed.tree_outside_memory() - zygote <= fuzzed.outside | {
         "run",

@@ -5,11 +5,11 @@
 For each kind (`[supervision] shared_index_server` false, then true) start memd with N
 clients, record `--records` exchanges into each and wait until they are indexed, then:
 
-- recall latency of another client (c01) at rest, then while c00 indexes a batch of
-  `--batch` hand-written session files (4 notes each): p50 and max, and how many recalls
-  failed;
-- kill -9 of the process serving c00's index: how long c01's recall was unavailable
-  (0 when it never failed), how long until c00's recall answers again, and until the
+- recall latency of another client (the last, whose database the shared server reopens
+  last) at rest, then while c00 indexes a batch of `--batch` hand-written session files
+  (4 notes each): p50 and max, and how many recalls failed;
+- kill -9 of the process serving c00's index: how long the last client's recall was
+  unavailable (0 when it never failed), how long until c00's recall answers again, and until the
   replacement is RUNNING.
 
 The test of the same (tests/test_shared_index_isolation.py) asserts only that recall
@@ -77,15 +77,15 @@ def write_batch(sessions: Path, batch: int) -> None:
         (sessions / f"batch-{i:03d}.md").write_text(f"# Inventory {i}\n\n{notes}\n")
 
 
-def during_batch(memd: Any, folder: Path, batch: int) -> dict[str, Any]:
-    """c01's recall latencies while c00 indexes the batch (until its last note is found)."""
+def during_batch(memd: Any, folder: Path, batch: int, other: str) -> dict[str, Any]:
+    """The last client's recall latencies while c00 indexes the batch (to its last note)."""
     write_batch(folder / "memory" / "c00" / "sessions", batch)
     times: list[float] = []
     failed = 0
     start = time.monotonic()
     last = f"Lot-{batch - 1}-3"
     while not found(memd, "c00", f"crate harbour inventory {last}", last):
-        took = recall(memd, "c01", "what is in bin 7")
+        took = recall(memd, other, "what is in bin 7")
         if took is None:
             failed += 1
         else:
@@ -95,15 +95,15 @@ def during_batch(memd: Any, folder: Path, batch: int) -> dict[str, Any]:
     return {"indexed_s": time.monotonic() - start, "times": times, "failed": failed}
 
 
-def kill_server(memd: Any) -> dict[str, float]:
-    """kill -9 of c00's index server; c01's recall outage, c00's, and the replacement."""
+def kill_server(memd: Any, other: str) -> dict[str, float]:
+    """kill -9 of c00's index server: the last client's recall outage, c00's, the new one."""
     old = memd.call("daemon.status")["clients"]["c00"]["index_server"]["pid"]
     killed = time.monotonic()
     os.kill(old, signal.SIGKILL)
     own_back = running = float("nan")
-    other_last_fail = 0.0  # when c01's recall last failed (0: it never did)
+    other_last_fail = 0.0  # when the last client's recall last failed (0: it never did)
     while time.monotonic() - killed < 120 and (own_back != own_back or running != running):
-        if recall(memd, "c01", "what is in bin 7") is None:
+        if recall(memd, other, "what is in bin 7") is None:
             other_last_fail = time.monotonic() - killed
         if own_back != own_back and recall(memd, "c00", "what is in bin 7") is not None:
             own_back = time.monotonic() - killed
@@ -116,6 +116,7 @@ def kill_server(memd: Any) -> dict[str, float]:
 
 def measure(n: int, records: int, batch: int, shared: bool) -> dict[str, Any]:
     clients = {f"c{i:02d}": {"memory_enabled": True, "mode": "mcp_via_llm"} for i in range(n)}
+    other = f"c{n - 1:02d}"  # the last: the shared server reopens its database last
     supervision = {"shared_index_server": shared, "watcher_idle_minutes": 0}
     with running_daemon(clients=clients, supervision=supervision) as memd:
         folder = memd.config_path.parent
@@ -126,9 +127,9 @@ def measure(n: int, records: int, batch: int, shared: bool) -> dict[str, Any]:
         ):
             time.sleep(0.1)
         fill(memd, sorted(clients), records)
-        rest = [t for t in (recall(memd, "c01", "what is in bin 7") for _ in range(20)) if t]
-        busy = during_batch(memd, folder, batch)
-        outage = kill_server(memd)
+        rest = [t for t in (recall(memd, other, "what is in bin 7") for _ in range(20)) if t]
+        busy = during_batch(memd, folder, batch, other)
+        outage = kill_server(memd, other)
     return {"shared": shared, "load": os.getloadavg(), "rest": rest, "busy": busy, **outage}
 
 
@@ -137,12 +138,12 @@ def report(r: dict[str, Any]) -> None:
     busy = r["busy"]["times"] or [float("nan")]
     print(
         f"\n{kind}, load {r['load'][0]:.2f} {r['load'][1]:.2f}:\n"
-        f"  c01 recall at rest: p50 {statistics.median(r['rest']) * 1000:.0f} ms, "
+        f"  last client's recall at rest: p50 {statistics.median(r['rest']) * 1000:.0f} ms, "
         f"max {max(r['rest']) * 1000:.0f} ms\n"
-        f"  c01 recall while c00 indexes the batch ({r['busy']['indexed_s']:.0f} s, "
+        f"  last client's recall while c00 indexes the batch ({r['busy']['indexed_s']:.0f} s, "
         f"{len(r['busy']['times'])} recalls, {r['busy']['failed']} failed): "
         f"p50 {statistics.median(busy) * 1000:.0f} ms, max {max(busy) * 1000:.0f} ms\n"
-        f"  kill -9 of c00's index server: c01's recall failing until "
+        f"  kill -9 of c00's index server: the last client's recall failing until "
         f"{r['other_unavailable_s']:.2f} s, c00's back {r['own_back_s']:.2f} s, "
         f"replacement RUNNING {r['running_s']:.2f} s",
         flush=True,

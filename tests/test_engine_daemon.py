@@ -21,7 +21,14 @@ def test_an_index_server_on_another_milvus_lite_is_fatal_and_status_says_why(
     fake = fake_dist(tmp_path / "fake", "milvus-lite", "3.3.0")
     path = config_file(clients={"alpha": {"memory_enabled": True, "mode": "mcp_via_llm"}})
     memd = daemon_factory(path, env={"PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])})
-    wait_for(lambda: child(memd, "alpha", "index_server").get("state") == "FATAL", timeout=180)
+    # The shared index server goes FATAL first, then the client's own one it falls back to.
+    wait_for(
+        lambda: (
+            child(memd, "alpha", "index_server").get("name") == "alpha/index"
+            and child(memd, "alpha", "index_server").get("state") == "FATAL"
+        ),
+        timeout=240,
+    )
     assert child(memd, "alpha", "index_server")["last_error"] == "exit code 78 while starting"
     done = subprocess.run(
         [

@@ -97,8 +97,9 @@ def test_sigkill_under_mixed_load_keeps_every_ack_once_and_leaves_no_orphans(
     """Several clients record (exchanges and chat continuations) when memd is kill -9ed:
     its index servers and watchers die with it, every acknowledged exchange is on disk
     exactly once, a gateway's retry of its unanswered call is recognised, and after the
-    restart each client has exactly one index server and one watcher."""
-    path = config_file(clients=LOAD_CLIENTS)
+    restart each client has exactly one index server and one watcher (a server per client
+    here; the shared one dying with memd: test_shared_index_daemon.py)."""
+    path = config_file(clients=LOAD_CLIENTS, supervision={"shared_index_server": False})
     memd = daemon_factory(path)
     sock = memd.socket
     clients = sorted(LOAD_CLIENTS)
@@ -191,9 +192,11 @@ BASELINE = {
 def piped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One daemon with two clients whose pipelines run and whose baseline is searchable.
 
-    Tests that stop or kill a child put it back (SIGCONT, or wait for the restart)."""
+    Tests that stop or kill a child put it back (SIGCONT, or wait for the restart). An index
+    server per client: stopping vic's must leave oth's serving (a stopped shared server
+    stalls every client: test_recall_daemon.py)."""
     tmp = tmp_path_factory.mktemp("faults-procs")
-    memd = _start(tmp, PROC_CLIENTS)
+    memd = _start(tmp, PROC_CLIENTS, supervision={"shared_index_server": False})
     try:
         sock = memd.socket
         wait_for(lambda: _all_running(sock, list(PROC_CLIENTS)), 180, 0.3, "pipelines RUNNING")

@@ -141,11 +141,14 @@ def test_crash_looping_client_goes_fatal_others_keep_working(
 
 
 def test_disabling_a_client_stops_its_processes(config_file, daemon_factory, tmp_path) -> None:
-    path = config_file(clients=CLIENTS)
+    # its own index server too (the shared one keeps serving alpha: test_shared_index_daemon)
+    per_client = {"shared_index_server": False}
+    path = config_file(clients=CLIENTS, supervision=per_client)
     memd = daemon_factory(path)
     wait_for(lambda: running(memd, "alpha") and running(memd, "beta"))
     pids = [child(memd, "beta", n)["pid"] for n in ("index_server", "watcher")]
-    write_config(path, base_config(tmp_path, clients={"alpha": CLIENTS["alpha"]}))
+    alpha = {"alpha": CLIENTS["alpha"]}
+    write_config(path, base_config(tmp_path, clients=alpha, supervision=per_client))
     wait_for(
         lambda: (
             not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
@@ -153,7 +156,7 @@ def test_disabling_a_client_stops_its_processes(config_file, daemon_factory, tmp
         timeout=30,
     )
     assert running(memd, "alpha")
-    write_config(path, base_config(tmp_path, clients=CLIENTS))
+    write_config(path, base_config(tmp_path, clients=CLIENTS, supervision=per_client))
     wait_for(lambda: running(memd, "beta"))
 
 

@@ -359,9 +359,12 @@ def test_config_edit_renames_the_tool_and_sets_top_k(memd: Memd) -> None:
 
 
 def test_stopped_index_server_is_unavailable_not_a_hang(memd: Memd) -> None:
-    """SIGSTOP carol's index server: its socket accepts but never answers."""
+    """SIGSTOP carol's index server: its socket accepts but never answers. With the shared
+    index server (the default) that stops every client's index: each recall answers
+    "unavailable" instead of hanging; with a server per client the others keep working."""
     memd.wait_recall("carol", "q", lambda r: True)  # carol's index is up
-    pid = memd.call("daemon.status")["clients"]["carol"]["index_server"]["pid"]
+    server = memd.call("daemon.status")["clients"]["carol"]["index_server"]
+    pid, shared = server["pid"], server["name"] == "_shared/index"
     assert isinstance(pid, int)
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -374,7 +377,8 @@ def test_stopped_index_server_is_unavailable_not_a_hang(memd: Memd) -> None:
                 name="MemoryRecall",
                 arguments={"query": "q"},
             )
-            other = pool.submit(memd.recall, "alice", "capital of Australia", top_k=1)
+            query = {"client_id": "alice", "query": "capital of Australia", "top_k": 1}
+            other = pool.submit(memd.error if shared else memd.call, "memory.recall", **query)
             # The client timeout (30 s) is the hang guard; recall gives up after 10 s.
             error = recall.result()
             assert (error.code, error.kind) == (-32006, "index_unavailable")
@@ -382,7 +386,10 @@ def test_stopped_index_server_is_unavailable_not_a_hang(memd: Memd) -> None:
             result = tool.result()
             assert result["isError"] is True
             assert "not available right now" in _text(result)
-            assert "Canberra" in other.result()["text"]  # other clients keep working
+            if shared:
+                assert other.result().kind == "index_unavailable"  # stopped too, no hang
+            else:
+                assert "Canberra" in other.result()["text"]  # other clients keep working
     finally:
         os.kill(pid, signal.SIGCONT)
     assert memd.wait_recall("carol", "q", lambda r: True) == {"results": [], "text": NO_RESULTS}

@@ -5,6 +5,7 @@ a client disabled while the other works, kill -9 of memd. Real memsearch, real M
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -32,6 +33,7 @@ from tests.support.faults import (
     user_texts,
     wait_for,
 )
+from tests.support.index import daemon_index_contents
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -73,6 +75,12 @@ def _index_processes(memd_pid: int) -> dict[str, list[int]]:
         elif "memd.indexing.children.index_server" in line:
             out["per_client"].append(proc.pid)
     return out
+
+
+def _indexed_loads(memd: Any, client: str) -> set[str]:
+    """The flood's user texts (`<client>/load/u<i>`) found in the client's index."""
+    rows = daemon_index_contents(memd.config_path, memd.env["XDG_RUNTIME_DIR"], client)
+    return set(re.findall(rf"{client}/load/u\d+", "\n".join(rows)))
 
 
 def _one_shared_server(memd_pid: int, sockets: Any) -> int:
@@ -191,6 +199,14 @@ def test_kill_9_of_the_shared_index_server_under_load_loses_nothing(
             120,
             0.5,
             f"{client}'s exchange recorded during the outage recallable",
+        )
+    for client in CLIENTS:  # the markdown is the truth: catch-up re-indexed what was in flight
+        acked = {t for t in tally.acked if t.startswith(f"{client}/")}
+        wait_for(
+            lambda c=client, a=acked: not a - _indexed_loads(memd, c),
+            120,
+            0.5,
+            f"every acknowledged record of {client} indexed after the kill",
         )
     time.sleep(1)  # a straggler would show itself now
     new_pid = _one_shared_server(memd.proc.pid, _index_sockets(tmp_path).values())

@@ -36,6 +36,9 @@ CLIENTS = {
     "ann": {"memory_enabled": True, "mode": "mcp_via_llm"},
     "bea": {"memory_enabled": True, "mode": "mcp_via_llm"},
 }
+# An index server per client: these tests count and kill each client's forked children
+# (the shared one is tested in test_shared_index_daemon.py).
+PER_CLIENT = {"shared_index_server": False}
 
 
 OUTAGE = {
@@ -77,7 +80,7 @@ def _record(sock: Path, client: str, user: str, assistant: str) -> None:
 def test_children_are_forked_separate_processes_running_watch_and_index_server(
     config_file, daemon_factory, tmp_path
 ) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS))
+    memd = daemon_factory(config_file(clients=CLIENTS, supervision=PER_CLIENT))
     sock = memd.socket
     wait_for(lambda: _running(sock), 180, 0.3, "pipelines RUNNING")
     zygote = _zygote(sock)
@@ -109,7 +112,7 @@ def test_children_are_forked_separate_processes_running_watch_and_index_server(
 def test_kill_9_of_children_and_zygote_under_load_loses_nothing_and_leaves_one_each(
     config_file, daemon_factory, tmp_path
 ) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS))
+    memd = daemon_factory(config_file(clients=CLIENTS, supervision=PER_CLIENT))
     sock = memd.socket
     wait_for(lambda: _running(sock), 180, 0.3, "pipelines RUNNING")
     tally, stop = Tally(), threading.Event()
@@ -169,7 +172,7 @@ def test_kill_9_of_children_and_zygote_under_load_loses_nothing_and_leaves_one_e
 def test_kill_9_of_memd_takes_zygote_and_forked_children_along(
     config_file, daemon_factory, tmp_path
 ) -> None:
-    path = config_file(clients=CLIENTS)
+    path = config_file(clients=CLIENTS, supervision=PER_CLIENT)
     memd = daemon_factory(path)
     sock = memd.socket
     wait_for(lambda: _running(sock), 180, 0.3, "pipelines RUNNING")
@@ -192,7 +195,7 @@ def test_kill_9_of_memd_takes_zygote_and_forked_children_along(
 def test_zygote_disabled_by_the_setting_spawns_plainly(
     config_file, daemon_factory, tmp_path
 ) -> None:
-    memd = daemon_factory(config_file(clients=CLIENTS, supervision={"zygote": False}))
+    memd = daemon_factory(config_file(clients=CLIENTS, supervision={**PER_CLIENT, "zygote": False}))
     sock = memd.socket
     wait_for(lambda: _running(sock), 180, 0.3, "pipelines RUNNING")
     zygote = _zygote(sock)

@@ -137,14 +137,15 @@ class SupervisionConfig:
     """How memd runs its children. zygote: fork them from one preloaded process
     (memd.supervision.zygote); false spawns each one plainly. shared_index_server: serve
     every client's index (its own database and socket, as before) from one process
-    (memd.indexing.children.shared_index_server) instead of one process per client; ~25 MB and
-    a fraction of the idle CPU per client less, but one crash stops every client's index
-    until it is restarted. watcher_idle_minutes: a client's watcher is stopped (IDLE) after
+    (memd.indexing.children.shared_index_server); false: one process per client, ~20 MB
+    PSS and some idle CPU per client more, but a crash of one stops only its own client's
+    index. On by default since fault tests showed the shared one isolates clients enough
+    (docs/supervision.md). watcher_idle_minutes: a client's watcher is stopped (IDLE) after
     this long without a change to its sessions/ and started again on the next one
     (memd.indexing.daemon.watch_on_demand); 0: never. Read at start only."""
 
     zygote: bool = True
-    shared_index_server: bool = False
+    shared_index_server: bool = True
     watcher_idle_minutes: float = 10.0
 
 

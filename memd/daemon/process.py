@@ -202,11 +202,13 @@ class Daemon:
 
         # step: watchfiles' thread wakes every `step` ms to look at the stop event; its
         # default of 50 ms made the watcher memd's busiest thread at idle (20 wakeups/s).
+        # rust_timeout=0: return only with changes or once stopped, not every 5 s.
         async for _ in watchfiles.awatch(
             folder,
             watch_filter=is_config,
             debounce=1_000,
             step=CONFIG_WATCH_STEP_MS,
+            rust_timeout=0,
             stop_event=self._stop,
             recursive=False,
         ):
@@ -289,7 +291,7 @@ def _blank(path: Path) -> bool:
         return False  # unreadable: load_config reports it
 
 
-CONFIG_WATCH_STEP_MS = 500  # an edit is noticed within about half a second
+CONFIG_WATCH_STEP_MS = 1000  # an edit is noticed within about a second
 CONFIG_QUIET = 0.3  # seconds a config file must stay unchanged before it is read
 CONFIG_SETTLE_LIMIT = 5.0  # a file that never settles is read anyway after this long
 

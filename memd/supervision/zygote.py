@@ -155,6 +155,8 @@ class Zygote:
                 return
             try:
                 self._answer(conn, data, fds)
+            except OSError:  # the asker gave up waiting (a probe's timeout): not fatal
+                return
             finally:
                 for fd in fds:
                     with contextlib.suppress(OSError):

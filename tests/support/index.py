@@ -190,3 +190,33 @@ class ClientIndex:
             if child is not None:
                 child.stop()
         self.watcher = self.index_server = None
+
+
+def daemon_index_contents(config_path: Path, runtime: str, client_id: str) -> list[str]:
+    """Every chunk's text in a running daemon's index of `client_id`, read through the
+    client's own index socket ([] before anything was indexed). `runtime` is the daemon's
+    $XDG_RUNTIME_DIR, where a long socket path is moved to."""
+    from pymilvus import MilvusClient
+
+    from memd.config import load_config
+
+    config = load_config(config_path)
+    before = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = runtime
+    try:
+        target = index_target(config, ClientLayout(config.memory_dir, client_id))
+    finally:
+        if before is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = before
+    milvus = MilvusClient(uri=target.uri, token=target.token)
+    try:
+        if not milvus.has_collection(target.collection):
+            return []
+        rows = milvus.query(
+            target.collection, filter='chunk_hash != ""', output_fields=["content"], limit=16_384
+        )
+    finally:
+        milvus.close()
+    return [str(row["content"]) for row in rows]

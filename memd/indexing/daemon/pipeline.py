@@ -322,7 +322,8 @@ class Pipelines:
         pipeline = self._pipelines.get(client_id)
         if pipeline is None:
             return False
-        return any([self.supervisor.reset(name) for name in pipeline.children])
+        retried = self._servers.retry(client_id)
+        return any([self.supervisor.reset(name) for name in pipeline.children]) or retried
 
     def status(self, client_id: str) -> dict[str, Any]:
         pipeline = self._pipelines.get(client_id)
@@ -336,6 +337,10 @@ class Pipelines:
             key = "index_server" if name.endswith("/index") else "watcher"
             child = self.supervisor.child_status(name)
             out[key] = child.to_dict() if child is not None else None
+        error = self._servers.client_error(client_id)
+        if error is not None and out.get("index_server"):
+            # the shared process runs, but this client's database did not open
+            out["index_server"] |= {"state": "FATAL", "last_error": error}
         return out
 
     async def close(self, timeout: float = 10.0) -> None:

@@ -58,6 +58,14 @@ class IndexServers(Protocol):
         """Stop the implementation's own tasks (the supervisor stops the children)."""
         ...
 
+    def client_error(self, client_id: str) -> str | None:
+        """Why the client's index is not served although its server runs, if it is not."""
+        ...
+
+    def retry(self, client_id: str) -> bool:
+        """Try that client again soon (`clients.reset`); False if it had not failed."""
+        ...
+
 
 def index_servers(
     config: Config,
@@ -91,6 +99,12 @@ class OwnServers:
 
     async def close(self) -> None:
         return None
+
+    def client_error(self, client_id: str) -> str | None:
+        return None  # its own child's state and last error say it
+
+    def retry(self, client_id: str) -> bool:
+        return False  # the supervisor resets its own child
 
 
 class SharedServers:
@@ -127,6 +141,12 @@ class SharedServers:
 
     async def close(self) -> None:
         await self.shared.close()
+
+    def client_error(self, client_id: str) -> str | None:
+        return None if self.shared.failed else self.shared.client_errors.get(client_id)
+
+    def retry(self, client_id: str) -> bool:
+        return self.shared.retry(client_id)
 
 
 def add_client_child(

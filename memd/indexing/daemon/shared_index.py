@@ -48,6 +48,7 @@ SHARED_MODULE = programs.SHARED_INDEX_SERVER
 WATCH_EVERY = 1.0  # seconds between looks at the child (a restart to sync, FATAL)
 SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
 WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it
+RETRY_FAILED_AFTER = 600.0  # a client that could not open is tried again (as FATAL children)
 
 
 def is_shared_server(argv: Sequence[str]) -> bool:
@@ -77,6 +78,10 @@ class SharedIndex:
         self._synced_pid: int | None = None
         self._task: asyncio.Task[None] | None = None
         self.failed = False  # went FATAL once: memd runs a server per client from then on
+        # Clients the running process could not open (a broken database), from its last
+        # sync answer: status shows them FATAL, as a per-client server that cannot start.
+        self.client_errors: dict[str, str] = {}
+        self._retry_at: float | None = None  # when those are tried again
 
     @staticmethod
     def control_path(memory_dir: Path) -> Path:
@@ -147,9 +152,20 @@ class SharedIndex:
             log.warning("index.shared_sync_failed", error=str(exc))
             return None
         self._synced_pid = pid
-        for client_id, error in (answer.get("failed") or {}).items():
+        failed = answer.get("failed") or {}
+        self.client_errors = {str(cid): str(error) for cid, error in failed.items()}
+        loop = asyncio.get_running_loop()
+        self._retry_at = loop.time() + RETRY_FAILED_AFTER if failed else None
+        for client_id, error in failed.items():
             log.error("index.shared_client_failed", client=client_id, error=error)
         return answer
+
+    def retry(self, client_id: str) -> bool:
+        """`clients.reset`: try a client that could not open again at the next look."""
+        if client_id not in self.client_errors:
+            return False
+        self._retry_at = 0.0
+        return True
 
     @staticmethod
     def _pid(child: Any) -> int | None:
@@ -207,8 +223,13 @@ class SharedIndex:
                 )
                 await self.supervisor.remove(SHARED_NAME)
                 await self._on_fatal()
-            elif child.state == ProcessStates.RUNNING and self._pid(child) != self._synced_pid:
+            elif child.state == ProcessStates.RUNNING and (
+                self._pid(child) != self._synced_pid or self._retry_due()
+            ):
                 await self.sync()
+
+    def _retry_due(self) -> bool:
+        return self._retry_at is not None and asyncio.get_running_loop().time() >= self._retry_at
 
     async def close(self) -> None:
         if self._task is not None:

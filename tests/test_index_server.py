@@ -24,7 +24,7 @@ from memd.indexing.children import index_ready
 from tests.support.embedding import embed_one
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 90.0, what: str = "condition") -> Any:
     """Poll until predicate() is truthy; a bounded wait, not a speed assertion."""
     deadline = time.monotonic() + timeout
     while True:

@@ -7,7 +7,7 @@ predecessor on `http.server` measured, in the same run on the same machine, is i
 docs/indexing.md.
 
     .venv/bin/python bench/embed_latency.py [--calls 200] \
-        [--model all-minilm-l6-v2-int8gemm-bare128]
+        [--model wordllama-l2-256]          # default: the default model, MiniLM
 
 It also times what recall does per query in memd's process: one short question embedded
 (`Embedder.embed_one`), wall and CPU time.

@@ -2,7 +2,7 @@
 
 Compares memd's index server (flush after every write, Unix socket) with a stock Milvus
 Lite gRPC server (rows stay in the memtable until 128 MB, TCP loopback). Both get the same
-10k memsearch-shaped chunks with real WordLlama vectors, written in batches of 64 as a
+10k memsearch-shaped chunks with real vectors of the default model, written in batches of 64 as a
 watcher does; the searches start the moment the last write returns.
 
     .venv/bin/python bench/search_speed.py [--rows 10000] [--queries 50]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from memd.indexing import analysis
+from memd.indexing import analysis, embedding
 from tests.support.embedding import embed_one
 from tests.test_index_server import (
     Child,
@@ -97,7 +97,9 @@ def test_local_index_server_gives_the_watchers_collection_the_analyzer(
 
     sock = short_tmp / "index.sock"
     start_index_server(children, tmp_path / "milvus", sock, tmp_path / "server.log")
-    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
+    store = MilvusStore(
+        f"unix:{sock}", collection="c", dimension=embedding.DIMENSION, _create_if_missing=True
+    )
     store.upsert(_rows())
     store.close()
     client = MilvusClient(uri=f"unix:{sock}", dedicated=True)
@@ -156,8 +158,10 @@ def test_milvus_server_collection_created_by_memd_has_the_analyzer(
     uri = milvus_server_stand_in(children, tmp_path / "remote", tmp_path / "milvus.log")
     client = MilvusClient(uri=uri, dedicated=True)
     try:
-        assert analysis.create_collection(client, "memd_alice", 256)
-        assert not analysis.create_collection(client, "memd_alice", 256)  # already there
+        assert analysis.create_collection(client, "memd_alice", embedding.DIMENSION)
+        assert not analysis.create_collection(
+            client, "memd_alice", embedding.DIMENSION
+        )  # already there
         client.upsert(collection_name="memd_alice", data=_rows())
         _check_analysis(client, "memd_alice")
     finally:

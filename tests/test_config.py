@@ -28,7 +28,7 @@ def test_missing_file_gives_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert cfg.search_top_k == 5
     assert (cfg.session_inactivity_minutes, cfg.max_session_minutes) == (180.0, 480.0)
     assert cfg.monitor_interval_seconds == 60.0
-    assert cfg.embedding.provider == "wordllama"
+    assert cfg.embedding.provider == "minilm"
     assert cfg.compaction.enabled is False
     assert cfg.milvus.uri == ""
     assert dict(cfg.clients) == {}

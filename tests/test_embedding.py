@@ -47,7 +47,7 @@ def _post(
 # -- the model --------------------------------------------------------------------------------
 
 
-def test_model_loads_from_the_wheel_without_any_network(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wordllama_loads_from_its_wheel_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kw: object) -> None:
         raise AssertionError("the model loader tried to open a network connection")
 

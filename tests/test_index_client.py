@@ -193,17 +193,17 @@ def test_the_socket_is_owner_only_and_goes_with_the_server(tmp_path: Path) -> No
             next(g)
 
 
-@pytest.mark.parametrize("provider", ["wordllama", "openai"])
+@pytest.mark.parametrize("provider", ["bundled", "openai"])
 def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> None:
     """Recall of a local index in a fresh interpreter, the query embedded in-process
-    (wordllama) or by memsearch's openai provider over HTTP (to memd's own embedding
+    (the default bundled model) or by memsearch's openai provider over HTTP (to memd's own embedding
     endpoint: same model, so the index matches): pymilvus, and so pandas, pyarrow and
     gRPC, is never imported."""
     server = EmbeddingServer()
     endpoint = server.start()
     cfg = (
         EmbeddingConfig()
-        if provider == "wordllama"
+        if provider == "bundled"
         else EmbeddingConfig("openai", endpoint.model, endpoint.base_url, endpoint.api_key)
     )
     script = textwrap.dedent(

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from memd.indexing import embedding
 from memd.indexing.children import index_ready
 from tests.support.embedding import embed_one
 
@@ -163,7 +164,9 @@ def test_serves_a_private_socket_and_flushes_every_write(
     assert stat.S_IMODE(sock.stat().st_mode) == 0o600
     assert index_ready(sock)
 
-    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
+    store = MilvusStore(
+        f"unix:{sock}", collection="c", dimension=embedding.DIMENSION, _create_if_missing=True
+    )
     store.upsert([_row(i, t) for i, t in enumerate(["apples and pears", "rust borrow checker"])])
     hits = store.search(embed_one("borrow checker"), query_text="borrow checker")
     assert hits[0]["content"] == "rust borrow checker"
@@ -234,7 +237,9 @@ def test_rows_survive_kill_9_even_mid_index_write(
 
     data, sock = tmp_path / "milvus", short_tmp / "index.sock"
     child = start_index_server(children, data, sock, tmp_path / "a.log")
-    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256, _create_if_missing=True)
+    store = MilvusStore(
+        f"unix:{sock}", collection="c", dimension=embedding.DIMENSION, _create_if_missing=True
+    )
     store.upsert([_row(1, "durable row")])
     store.close()
     child.signal(signal.SIGKILL)
@@ -246,6 +251,6 @@ def test_rows_survive_kill_9_even_mid_index_write(
         idx.parent.mkdir(exist_ok=True)
         idx.write_bytes(b"\x93NUMPY")  # a torn write
     start_index_server(children, data, sock, tmp_path / "b.log")
-    store = MilvusStore(f"unix:{sock}", collection="c", dimension=256)
+    store = MilvusStore(f"unix:{sock}", collection="c", dimension=embedding.DIMENSION)
     assert [r["content"] for r in store.query()] == ["durable row"]
     store.close()

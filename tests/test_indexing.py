@@ -253,7 +253,7 @@ def test_needs_rebuild_follows_the_embedding_settings(tmp_path: Path) -> None:
     layout = ClientLayout(config.memory_dir, "alice")
     layout.ensure()
     spec = indexing.index_spec(config, layout)
-    assert (spec.provider, spec.model, spec.dimension) == ("wordllama", embedding.MODEL_NAME, 256)
+    assert (spec.provider, spec.model, spec.dimension) == ("minilm", embedding.MODEL_NAME, 384)
     assert not indexing.needs_rebuild(layout, spec)  # fresh client, nothing indexed
     indexing.write_spec(layout, spec)
     assert not indexing.needs_rebuild(layout, spec)
@@ -442,7 +442,7 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
         (row,) = client.rows(("content", "embedding"))
         stored = row["embedding"]
         ours = embed_one(clean_content_for_embedding(row["content"]))
-        assert len(stored) == 256
+        assert len(stored) == embedding.DIMENSION
         assert max(abs(a - b) for a, b in zip(stored, ours, strict=True)) < 1e-6
 
         # The user's personal memsearch config did not reach the watcher.
@@ -530,7 +530,7 @@ def test_model_change_rebuilds_the_index_instead_of_crash_looping(
         client = start_client(children, old, "alice", endpoint)
         (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
         wait_for(lambda: client.rows(("embedding",)), what="first indexing")
-        assert len(client.rows(("embedding",))[0]["embedding"]) == 256
+        assert len(client.rows(("embedding",))[0]["embedding"]) == embedding.DIMENSION
 
         new = make_config(
             tmp_path,

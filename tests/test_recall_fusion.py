@@ -44,7 +44,7 @@ def test_minilm_tuning_ranks_a_paraphrase_found_by_the_dense_half_first() -> Non
 
 def test_wordllama_tuning_keeps_the_keyword_led_fusion() -> None:
     dense, keyword = _halves()
-    rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], QUERY, 2, 0.7)
+    rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], QUERY, 2, 0.7, tuned=ranking.WORDLLAMA)
     assert [r["chunk_hash"] for r in rows] == ["junk", "fact"]
 
 

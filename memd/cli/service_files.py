@@ -13,7 +13,8 @@ and by running the real daemon, its `memsearch watch` and index server under a r
 - the file system is read-only (`ProtectSystem=strict`, `ProtectHome=read-only`) except the
   memory folder, the socket's folder and memd's runtime dir;
 - `MemoryDenyWriteExecute` holds: no child maps writable+executable memory (numpy,
-  Milvus Lite and the wordllama model are ahead-of-time compiled);
+  Milvus Lite and onnxruntime, which runs the default MiniLM model, are ahead-of-time
+  compiled);
 - sockets are Unix, IPv4 and IPv6 only: remote LLM, embedding and Milvus endpoints are
   still reachable, so the network itself is not cut;
 - `PrivateTmp` is left out when a path the service needs lives in /tmp or /var/tmp,

@@ -15,11 +15,11 @@ from types import MappingProxyType
 MODES = ("mcp_via_llm", "both", "llm_only", "mcp_only")
 MEMORY_MODES = ("mcp_via_llm", "both")
 LLM_PROVIDERS = ("openai", "anthropic", "gemini")
-# "wordllama" (the default) and "minilm" (the `memd[minilm]` extra) are memd's bundled
-# offline models; the rest are memsearch's providers.
+# "minilm" (the default) and "wordllama" are memd's bundled offline models; the rest are
+# memsearch's providers.
 EMBEDDING_PROVIDERS = (
-    "wordllama",
     "minilm",
+    "wordllama",
     "openai",
     "google",
     "voyage",
@@ -43,7 +43,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
-    provider: str = "wordllama"
+    provider: str = "minilm"
     model: str = ""
     base_url: str = ""
     api_key: str = ""  # already resolved from "env:VAR"

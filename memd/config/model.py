@@ -162,11 +162,11 @@ class RecallConfig:
     are added inside them (memd.recall.surround)."""
 
     bm25_weight: float = 0.7
-    min_score: float = 0.05
+    min_score: float = 0.055
     drop_below: float = 0.005
     follow_questions: bool = True
     neighbours: bool = True
-    context_chars: int = 2500
+    context_chars: int = 2400
 
 
 @dataclass(frozen=True)

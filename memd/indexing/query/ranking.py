@@ -66,6 +66,8 @@ WORDLLAMA = Tuning(0.0, RELEVANCE)
 # paraphrases found at `min_score` 0.05 while >= 80% of never-said and of other people's
 # questions get nothing, LoCoMo's own questions keep what round 4's weights found, and a
 # result holding the whole query stays over 0.07 even at cosine 0.2 (a bare "6543").
+# The default bar is 0.055, chosen on the merged tree (docs/quality.md, "MiniLM as the
+# default").
 MINILM = Tuning(2.0, (4.717, 4.571, -2.948, 0.768, -5.519))
 TUNINGS = {"wordllama-l2-256": WORDLLAMA, minilm.MODEL_NAME: MINILM}
 

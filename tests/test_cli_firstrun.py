@@ -289,3 +289,12 @@ def test_progress_is_a_bar_on_a_terminal() -> None:
     os.close(master)
     assert "recompacting:" in shown and "/3 [" in shown and "%|" in shown
     assert out.getvalue() == "s0: recompacted\ns1: recompacted\ns2: recompacted\n"
+
+
+def test_proxy_help_shows_the_key_action_as_optional(user: User) -> None:
+    """`memd proxy` alone runs the proxy: its usage must not show an action as required."""
+    done = user.memd("proxy", "--help")
+    assert done.code == 0
+    usage = done.out.split("\n\n", 1)[0]
+    assert "[key CLIENT [--rotate]]" in usage
+    assert "ACTION ..." not in usage

@@ -22,6 +22,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "Anthropic Messages) in the foreground, for a memd that runs elsewhere (`memd run` "
         "starts it by itself when [proxy] names an upstream). `memd proxy key CLIENT` "
         "shows a client's key.",
+        usage="%(prog)s [-h] [--config PATH] [--log-level LEVEL] [key CLIENT [--rotate]]",
     )
     proxy.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     proxy.set_defaults(func=cmd_proxy)

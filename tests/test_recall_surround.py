@@ -172,3 +172,21 @@ def test_a_match_in_the_conversation_title_alone_ranks_under_an_own_match() -> N
     rows = ranking.fused_rows([], keyword, [1.0, 0.0], "tomato", 2, 0.7)
     assert [r["chunk_hash"] for r in rows] == ["own", "title-only"]
     assert rows[1]["features"][2] == 0.0  # its BM25 share: none of it was its own
+
+
+def test_no_follow_up_outside_the_recalls_period(tmp_path: Path) -> None:
+    """A result that asks a question is followed by the next user message, unless that
+    message was said after the recall's `before`: a filtered recall shows nothing else."""
+    layout = ClientLayout(tmp_path / "memory", "alice")
+    layout.ensure()
+    path = layout.sessions / f"{SESSION}.md"
+    path.write_text(
+        TRANSCRIPT.replace("Good sun there.", "Good sun there. Who gave you the seeds?"),
+        encoding="utf-8",
+    )
+    hit = _hit(path, EX2, "ex2")
+    [shown] = rc.collect([hit], layout, 5)
+    assert "Ana gave me" in shown.content  # the follow-up, when nothing filters
+    before = datetime(2026, 11, 1, 10, 1, 30, tzinfo=UTC)
+    [memory] = rc.collect([hit], layout, 5, period=(None, before))
+    assert "Ana gave me" not in memory.content

@@ -39,7 +39,7 @@ from memd.recall import context
 from memd.recall.files import LineCache, RecentFiles
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
 from memd.recall.shown import Neighbours, Shown, dated, headless
-from memd.recall.surround import surround
+from memd.recall.surround import surround, within
 
 log = structlog.get_logger()
 
@@ -243,16 +243,25 @@ def collect(
         if not content.strip() or not shown.add(path, section.start_line, section.end_line):
             continue
         content = shown.untitled(hit.heading, content)
-        found = (
-            context.follow(content, reader.lines(path), section.end_line)
-            if follow_questions
-            else None
-        )
+        lines = reader.lines(path)
+        found = _follow(content, lines, section.end_line, period) if follow_questions else None
         follows.append((path, found[0] + 1, found[1]) if found else None)
         near.shown(path, section)
         out.append(_memory(hit, section, content, describe_source(path, sessions, hit, reader)))
     out = near.attach(_with_follows(out, follows, shown.starts()), shown)
     return surround(out, near.results(), shown, reader, context_chars, period)
+
+
+def _follow(
+    content: str,
+    lines: Sequence[str],
+    end: int,
+    period: tuple[datetime | None, datetime | None],
+) -> tuple[int, str] | None:
+    """The follow-up of a result that asks a question (memd.recall.context.follow), unless
+    it lies outside the recall's `after`/`before`: a filtered recall shows nothing else."""
+    found = context.follow(content, lines, end)
+    return found if found is not None and within(lines[found[0]], period) else None
 
 
 def _servable(hit: Hit, layout: ClientLayout, sessions: Path, reader: LineCache) -> Path | None:

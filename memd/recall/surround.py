@@ -53,7 +53,7 @@ def surround(
         ):
             if span is None or _marked(out[i].content, label):
                 continue
-            if period != (None, None) and not _within(lines[span[0]], period):
+            if not within(lines[span[0]], period):
                 continue
             text = context.clip_words(body_text(lines[span[0] : span[1]]), SURROUND_CHARS)
             extra = f"\n\n{label} {text}"
@@ -71,7 +71,10 @@ def _marked(content: str, label: str) -> bool:
     return label in content or (label == NEXT_LABEL and context.FOLLOW_LABEL in content)
 
 
-def _within(heading: str, period: tuple[datetime | None, datetime | None]) -> bool:
-    """Whether the exchange under this heading line is inside a recall's time filter."""
-    parsed = parse_exchange_title(heading[3:])
+def within(heading: str, period: tuple[datetime | None, datetime | None]) -> bool:
+    """Whether the exchange under this heading line (`## ...`) is inside a recall's time
+    filter; any exchange is when the recall has none."""
+    if period == (None, None):
+        return True
+    parsed = parse_exchange_title(heading.lstrip("#").strip())
     return parsed is not None and in_range(parsed[0], *period)

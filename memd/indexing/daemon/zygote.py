@@ -1,8 +1,8 @@
 """The zygote for indexing's children: what it preloads, where it lives, its status.
 
-The zygote (memd.supervision.zygote) forks the watchers, index servers and catch-up
-children from one process that imported their heavy modules once; `Pipelines` starts it
-first, so it imports while the rest of memd starts.
+The zygote (memd.supervision.zygote) forks the watchers, index servers, catch-up
+children and the embedder from one process that imported their heavy modules once;
+`Pipelines` starts it first, so it imports while the rest of memd starts.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ ZYGOTE_PRELOAD = (
     "openai.types.create_embedding_response",
     "anyio._backends._asyncio",
     "truststore",
+    # The embedder's runtimes (importing them starts no thread; its ORT session, made
+    # after the fork, does).
+    "onnxruntime",
+    "tokenizers",
 )
 
 __all__ = ["ZYGOTE_MODULES", "ZYGOTE_NAME", "ZYGOTE_PRELOAD", "start_zygote", "zygote_status"]

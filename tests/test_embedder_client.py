@@ -117,6 +117,7 @@ def test_recall_searches_by_keywords_while_the_embedder_is_down(tmp_path: Path) 
                 hits = down.search("peanuts", top_k=3)
                 assert hits and "shellfish" in hits[0].content  # BM25 alone found it
                 assert hits[0].features[0] == 0.0  # no cosine: no dense half
+                assert hits[0].score > 0.055  # over the default min_score: recall shows it
             finally:
                 down.close()
         finally:

@@ -259,7 +259,8 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        pool, w, tuned = max(limit, CANDIDATES), bm25_weight, self._tuned
+        pool, w = max(limit, CANDIDATES), bm25_weight
+        tuned = self._tuned if vector else ranking.KEYWORDS_ONLY
         dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
         return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
 

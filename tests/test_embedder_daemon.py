@@ -86,6 +86,14 @@ def test_the_model_lives_in_the_embedder_and_recall_finds_a_paraphrase_through_i
     assert _model_libs(memd.proc.pid) == set()
     status = call(sock, "daemon.status")
     assert status["embedder"]["state"] == "RUNNING" and status["zygote"]["forked"] >= 3
+    assert _zygote_threads(memd.config_path.parent / "memory") == [1]  # still forks safely
+
+
+def _zygote_threads(memory_dir: Path) -> list[int]:
+    """The thread counts the zygote reported when ready (its preload starts no thread)."""
+    log = (memory_dir / ".memd" / "logs" / "zygote.log").read_text()
+    lines = [json.loads(line) for line in log.splitlines() if '"zygote_ready"' in line]
+    return [line["threads"] for line in lines]
 
 
 def test_kill_9_of_the_embedder_is_restarted_and_recall_and_indexing_work_again(

@@ -6,11 +6,14 @@ google.protobuf and the ORT session (issue 29). This child holds them instead; m
 the HTTP endpoint (its key, limits and error answers) and relays each request here
 (`memd.indexing.query.embedder_client`), and recall asks here for its query vectors.
 
-It is forked from the zygote like the index servers (the zygote imports onnxruntime and
-tokenizers, but the ORT session is made here, after the fork: the zygote must start no
-thread). The socket speaks the index server's JSON lines (`memd.indexing.index_requests`,
-served by `query_server.QueryServer`: 0600 in a private folder, other uids refused, a
-thread per connection, a bad line answered with an error and the connection kept):
+It is forked from the zygote like the index servers. The zygote imports tokenizers but
+not onnxruntime: loading ORT's native module starts a thread (1.32: one, parked on a
+futex), and the zygote must have none when it forks. So onnxruntime is imported here,
+after the fork (~40 ms), and the ORT session (more threads) is made here too.
+
+The socket speaks the index server's JSON lines (`memd.indexing.index_requests`, served
+by `query_server.QueryServer`: 0600 in a private folder, other uids refused, a thread per
+connection, a bad line answered with an error and the connection kept):
 
     {"op": "embed", "model": NAME, "texts": [...]} -> {"ok": true, "result": [{"f32": b64}, ...]}
     {"op": "ping"}                                   -> {"ok": true, "result": true}
@@ -46,10 +49,9 @@ MAX_TEXTS = 2048  # as memd's endpoint (embed_server.MAX_INPUTS)
 
 
 def zygote_preload() -> None:
-    """What memd's zygote imports before forking this: the runtimes, not a session (an ORT
-    session starts threads; the zygote must not)."""
+    """What memd's zygote imports before forking this: the tokenizer, not onnxruntime (its
+    import starts a thread; see the module docstring)."""
     import numpy  # noqa: F401
-    import onnxruntime  # noqa: F401
     import tokenizers  # noqa: F401
 
 

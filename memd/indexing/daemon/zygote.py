@@ -39,9 +39,9 @@ ZYGOTE_PRELOAD = (
     "openai.types.create_embedding_response",
     "anyio._backends._asyncio",
     "truststore",
-    # The embedder's runtimes (importing them starts no thread; its ORT session, made
-    # after the fork, does).
-    "onnxruntime",
+    # The embedder's tokenizer (importing it starts no thread). Not onnxruntime: loading
+    # its native module starts a thread (measured, 1.32: one, parked on a futex), and the
+    # zygote must have none when it forks; the embedder imports it after the fork (~40 ms).
     "tokenizers",
 )
 

@@ -21,7 +21,6 @@ nothing for IDLE_TIMEOUT seconds is dropped (docs/security.md).
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import json
 import secrets
@@ -34,6 +33,7 @@ import structlog
 from aiohttp import web
 
 from memd.indexing import embedding
+from memd.indexing.index_requests import pack_vector
 from memd.indexing.targets import Endpoint
 
 log = structlog.get_logger()
@@ -98,13 +98,11 @@ def parse_request(body: bytes, model: str | Collection[str]) -> tuple[list[str],
 
 
 def response_body(vectors: list[list[float]], model: str, fmt: str, tokens: int) -> bytes:
-    """The OpenAI response shape; base64 is little-endian float32, as the SDK decodes it."""
-    import numpy as np
+    """The OpenAI response shape; base64 is little-endian float32, as the SDK decodes it
+    (packed with the standard library: memd need not import numpy for it)."""
 
     def encode(vec: list[float]) -> Any:
-        if fmt == "base64":
-            return base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode("ascii")
-        return vec
+        return pack_vector(vec)["f32"] if fmt == "base64" else vec
 
     data = [
         {"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)

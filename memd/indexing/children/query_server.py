@@ -166,8 +166,9 @@ def answer(requests: Runner, line: bytes) -> dict[str, Any]:
 
 
 class QueryServer:
-    """The JSON socket of one index server; `start` after the database is open and the
-    socket's folder checked, `stop` before the database closes.
+    """The JSON socket of one index server (or of the embedder: its own `requests`);
+    `start` after the database is open and the socket's folder checked, `stop` before the
+    database closes.
 
     One thread blocks in accept() and one per connection in recv(): no wake-ups while
     idle (the shared index server runs one per client; see its docstring). stop() shuts

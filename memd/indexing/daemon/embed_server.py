@@ -230,7 +230,8 @@ class EmbeddingServer:
         host: str = "127.0.0.1",
     ) -> None:
         # An in-process model is loaded at start; the embedder child loads its own.
-        self._warm = embedder is None or isinstance(embedder, embedding.Embedder)
+        remote = isinstance(embedder, Models) and not isinstance(embedder, embedding.Embedder)
+        self._warm = not remote
         if embedder is None or isinstance(embedder, Models):
             models = embedder or embedding.Embedder()
             self._embedder: _ModelEmbedder = models.embed

@@ -1,5 +1,5 @@
 """Benchmark support: memd's process tree measured by kind (memd, zygote, index servers,
-watchers).
+watchers, the embedder).
 
 RSS counts shared library pages once per process; PSS splits them between the processes
 that map them, so a sum of PSS is what N processes really cost together.
@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import psutil
 
-KINDS = ("memd", "zygote", "index_server", "watcher")
+KINDS = ("memd", "zygote", "index_server", "watcher", "embedder")
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -34,6 +34,8 @@ def kind_of(proc: psutil.Process) -> str:
         or "memd.indexing.children.shared_index_server" in line
     ):
         return "index_server"
+    if "memd.indexing.children.embedder" in line:
+        return "embedder"
     watcher = "memd.indexing.watch" in line or "memsearch" in line
     if watcher and " watch " in f" {line} ":
         return "watcher"

@@ -24,7 +24,8 @@ real work, then measure for memd, the zygote, the index servers and the watchers
   first record after idle is timed until recall finds it (off: the same record, timed
   with the watcher running);
 - memd's memory once more after that recall and the restart's catch-up, and whether it
-  has loaded pymilvus's native stack (gRPC, pandas, pyarrow: issue 16 item 3).
+  has loaded pymilvus's native stack (gRPC, pandas, pyarrow: issue 16 item 3) or the
+  embedding model's runtime (onnxruntime, tokenizers: the embedder child's, issue 29).
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def pymilvus_mapped(pid: int) -> bool:
     """Whether the process maps pymilvus's native stack (what importing pymilvus loads)."""
     with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
         return any(f"/{lib}/" in line for line in f for lib in ("grpc", "pandas", "pyarrow"))
+
+
+def model_mapped(pid: int) -> bool:
+    """Whether the process maps the embedding model's runtime (onnxruntime, tokenizers):
+    since issue 29 the embedder child holds it, memd should not."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        return any(f"/{lib}/" in line for line in f for lib in ("onnxruntime", "tokenizers"))
 
 
 def memory_by_kind(pid: int) -> dict[str, dict[str, float]]:
@@ -203,6 +211,7 @@ def measure(
         time.sleep(3)  # the restart's catch-up (in memd before issue 16 item 3) has run
         after = smaps_rollup(memd.proc.pid)
         after["pymilvus"] = float(pymilvus_mapped(memd.proc.pid))
+        after["model"] = float(model_mapped(memd.proc.pid))
         forked = (memd.call("daemon.status").get("zygote") or {}).get("forked", 0)
     return {
         "clients": n,
@@ -257,7 +266,8 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"  memd after a recall and a catch-up: {after['rss']:.0f} MB RSS, "
         f"{after['pss']:.0f} MB PSS, {after['uss']:.0f} MB USS; pymilvus's stack "
-        f"(gRPC, pandas, pyarrow) {'loaded' if after['pymilvus'] else 'not loaded'}"
+        f"(gRPC, pandas, pyarrow) {'loaded' if after['pymilvus'] else 'not loaded'}, "
+        f"the model's runtime {'loaded' if after.get('model') else 'not loaded'}"
     )
     children = mem["total"]["pss"] - mem.get("memd", {}).get("pss", 0.0)
     print(

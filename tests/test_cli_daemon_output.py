@@ -116,6 +116,7 @@ def test_status_and_sessions_show_restarts_and_failed_compactions(
     assert "1 failed" in status.out and "needs attention:" in status.out
     assert f"session {sid}: compaction failed (1 attempt, next retry" in status.out
     assert "http_error: HTTP 500" in status.out
+    assert "embedder RUNNING pid " in status.out  # the child holding the model
 
     listed = user.memd("sessions", "list", CLIENT, "--config", str(config))
     assert listed.code == 0, listed.err

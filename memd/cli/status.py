@@ -100,6 +100,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"proxy    {proxy_cli.status_line(status['proxy'])}")
     if status.get("ui"):
         print(f"ui       {ui_cli.status_line(status['ui'])}")
+    if status.get("embedder"):
+        print(f"embedder {child_word(status['embedder'])}")
     rows = [status_row(cid, c) for cid, c in status["clients"].items()]
     print()
     print(
@@ -111,6 +113,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         else "no clients configured"
     )
     problems = [line for cid, c in status["clients"].items() for line in problem_lines(cid, c)]
+    problems += problem_lines("memd", {"embedder": status.get("embedder")}, ("embedder",))
     if problems:
         print()
         print("needs attention:")
@@ -131,17 +134,21 @@ def config_note(args: argparse.Namespace, daemon_config: str) -> str | None:
     )
 
 
+def child_word(proc: dict[str, Any] | None) -> str:
+    """A supervised child in one cell: its state, pid and restarts."""
+    if not proc:
+        return "-"
+    text = str(proc.get("state", "?"))
+    if proc.get("pid"):
+        text += f" pid {proc['pid']}"
+    if proc.get("restarts"):
+        text += f" ({plural(proc['restarts'], 'restart')})"
+    return text
+
+
 def status_row(client_id: str, c: dict[str, Any]) -> list[str]:
     def child(name: str) -> str:
-        proc = c.get(name) or {}
-        if not proc:
-            return "-"
-        text = proc.get("state", "?")
-        if proc.get("pid"):
-            text += f" pid {proc['pid']}"
-        if proc.get("restarts"):
-            text += f" ({plural(proc['restarts'], 'restart')})"
-        return text
+        return child_word(c.get(name))
 
     session = (c.get("active_session") or {}).get("session_id", "-")
     return [
@@ -201,13 +208,15 @@ def compaction_word(c: dict[str, Any]) -> str:
     return text
 
 
-def problem_lines(client_id: str, c: dict[str, Any]) -> list[str]:
+def problem_lines(
+    client_id: str, c: dict[str, Any], children: tuple[str, ...] = ("watcher", "index_server")
+) -> list[str]:
     """What a human must see: client errors, failing children, failing compactions."""
     lines = []
     for key in ("client_error", "pipeline_error"):
         if c.get(key):
             lines.append(f"  {client_id}: {c[key]}")
-    for name in ("watcher", "index_server"):
+    for name in children:
         proc = c.get(name) or {}
         if proc.get("last_error") and proc.get("state") in ("FATAL", "BACKOFF", "EXITED"):
             log = f" (log {proc['log_path']})" if proc.get("log_path") else ""

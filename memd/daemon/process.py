@@ -251,6 +251,7 @@ class Daemon:
                 k: v for k, v in self.runtime.compactor.status().items() if k != "clients"
             },
             "zygote": self.runtime.pipelines.zygote_status(),
+            "embedder": self.runtime.pipelines.embedder_status(),
             "clients": {cid: self.client_status(cid) for cid in sorted(cfg.clients)},
             **{service.name: service.status() for service in self.services},
         }

@@ -5,7 +5,9 @@ The programs (each run as `python -m <module>`, forked from memd's zygote or spa
 - `index_server`: one client's Milvus Lite database on gRPC and JSON sockets;
 - `shared_index_server`: every client's index servers in one process;
 - `memsearch_watch`: `memsearch watch` with memd's patches;
-- `catch_up_child`: a one-shot indexing of the files a new watcher may have missed.
+- `catch_up_child`: a one-shot indexing of the files a new watcher may have missed;
+- `embedder`: the bundled embedding models, for the watchers (through memd's endpoint)
+  and recall's queries.
 
 They share one start-up routine (`startup.start`: arguments, heap, logging, the engine
 prepared for their role, `memd.indexing.engine`) and never import the daemon's side of
@@ -27,7 +29,9 @@ INDEX_SERVER = "memd.indexing.children.index_server"
 SHARED_INDEX_SERVER = "memd.indexing.children.shared_index_server"
 WATCHER = "memd.indexing.children.memsearch_watch"
 CATCH_UP = "memd.indexing.children.catch_up_child"
-MODULES = (WATCHER, INDEX_SERVER, SHARED_INDEX_SERVER, CATCH_UP)  # what the zygote preloads
+EMBEDDER = "memd.indexing.children.embedder"
+# what the zygote preloads
+MODULES = (WATCHER, INDEX_SERVER, SHARED_INDEX_SERVER, CATCH_UP, EMBEDDER)
 
 DONE_EVENT = "catch_up_done"  # the catch-up child's report line on stdout
 
@@ -69,6 +73,7 @@ def _mtime(path: Path) -> float:
 __all__ = [
     "CATCH_UP",
     "DONE_EVENT",
+    "EMBEDDER",
     "INDEX_SERVER",
     "MODULES",
     "SHARED_INDEX_SERVER",

@@ -17,7 +17,7 @@ import socket
 import struct
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -145,7 +145,13 @@ def _error(type_: str, message: str) -> dict[str, str]:
     return {"type": type_, "message": message}
 
 
-def answer(requests: Requests, line: bytes) -> dict[str, Any]:
+class Runner(Protocol):
+    """What a line server runs each decoded request on (`Requests`, or the embedder's)."""
+
+    def run(self, request: Any) -> Any: ...
+
+
+def answer(requests: Runner, line: bytes) -> dict[str, Any]:
     """The reply to one request line; never raises."""
     try:
         request = json.loads(line)
@@ -160,16 +166,17 @@ def answer(requests: Requests, line: bytes) -> dict[str, Any]:
 
 
 class QueryServer:
-    """The JSON socket of one index server; `start` after the database is open and the
-    socket's folder checked, `stop` before the database closes.
+    """The JSON socket of one index server (or of the embedder: its own `requests`);
+    `start` after the database is open and the socket's folder checked, `stop` before the
+    database closes.
 
     One thread blocks in accept() and one per connection in recv(): no wake-ups while
     idle (the shared index server runs one per client; see its docstring). stop() shuts
     the listening socket and the connections down, which wakes those threads."""
 
-    def __init__(self, socket_path: Path, db: Any) -> None:
+    def __init__(self, socket_path: Path, db: Any, requests: Runner | None = None) -> None:
         self.socket_path = socket_path
-        self._requests = Requests(db)
+        self._requests: Runner = requests or Requests(db)
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._open: set[socket.socket] = set()

@@ -52,8 +52,10 @@ def start(
     heap.tune()
     if memd_logging:
         configure_logging()
+    prepare = PREPARE.get(role)  # the embedder uses no engine: nothing to prepare
     try:
-        PREPARE[role]()
+        if prepare is not None:
+            prepare()
     except engine.EngineMismatch as exc:
         log.error(
             "engine.version_mismatch",

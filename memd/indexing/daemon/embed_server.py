@@ -1,8 +1,12 @@
 """An OpenAI-compatible `POST /v1/embeddings` endpoint on loopback that serves memd's model.
 
 Watchers are unmodified `memsearch watch` processes. They reach the embedded default model
-through memsearch's `openai` provider pointed at this server, so the daemon holds the only
-copy of the model and watchers and recall embed with exactly the same code.
+through memsearch's `openai` provider pointed at this server. In the daemon the server
+checks the key, the limits and the request, and relays the texts to the embedder child
+(`memd.indexing.children.embedder`, through `memd.indexing.query.embedder_client`), which
+holds the only copy of the model, so watchers and recall embed with exactly the same code
+and memd loads no model (issue 29). While the embedder is down or restarting a request is
+answered 503 with `Retry-After: 1`, which the watchers' OpenAI SDK retries.
 
 The server listens on 127.0.0.1 on a random port, and every request must carry the random
 bearer key made for this run (other local users can reach loopback ports). It runs on
@@ -17,19 +21,19 @@ nothing for IDLE_TIMEOUT seconds is dropped (docs/security.md).
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import json
 import secrets
 import threading
 from collections.abc import Callable, Collection
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from aiohttp import web
 
 from memd.indexing import embedding
+from memd.indexing.index_requests import pack_vector
 from memd.indexing.targets import Endpoint
 
 log = structlog.get_logger()
@@ -43,6 +47,15 @@ SPLIT_AT = 16  # a request of this many texts or more is embedded in two threads
 Embedder = Callable[[list[str]], list[list[float]]]
 # What the server calls: texts and the model asked for.
 _ModelEmbedder = Callable[[list[str], str], list[list[float]]]
+RETRY_AFTER = "1"  # seconds the SDK waits before asking again while the embedder restarts
+
+
+@runtime_checkable
+class Models(Protocol):
+    """Something serving every bundled model by name: `embedding.Embedder` (in-process) or
+    `EmbedderClient` (the embedder child)."""
+
+    def embed(self, texts: list[str], model: str = ...) -> list[list[float]]: ...
 
 
 class RequestError(Exception):
@@ -85,13 +98,11 @@ def parse_request(body: bytes, model: str | Collection[str]) -> tuple[list[str],
 
 
 def response_body(vectors: list[list[float]], model: str, fmt: str, tokens: int) -> bytes:
-    """The OpenAI response shape; base64 is little-endian float32, as the SDK decodes it."""
-    import numpy as np
+    """The OpenAI response shape; base64 is little-endian float32, as the SDK decodes it
+    (packed with the standard library: memd need not import numpy for it)."""
 
     def encode(vec: list[float]) -> Any:
-        if fmt == "base64":
-            return base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode("ascii")
-        return vec
+        return pack_vector(vec)["f32"] if fmt == "base64" else vec
 
     data = [
         {"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)
@@ -132,6 +143,9 @@ class _App:
             return _send(HTTPStatus.OK, response_body(vectors, model, fmt, tokens))
         except RequestError as exc:
             return _send_error(exc)
+        except (ConnectionError, TimeoutError) as exc:  # the embedder child is not answering
+            unavailable = RequestError(HTTPStatus.SERVICE_UNAVAILABLE, str(exc), "server_error")
+            return _send_error(unavailable, {"Retry-After": RETRY_AFTER})
         except web.HTTPRequestEntityTooLarge:
             return _send_error(
                 RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
@@ -183,15 +197,17 @@ class _App:
             raise RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key", "invalid_api_key")
 
 
-def _send_error(exc: RequestError) -> web.Response:
+def _send_error(exc: RequestError, headers: dict[str, str] | None = None) -> web.Response:
     if exc.status >= 500:
         log.warning("embedding.request_error", status=int(exc.status), error=str(exc))
     body = {"error": {"message": str(exc), "type": exc.kind, "code": exc.kind}}
-    return _send(exc.status, json.dumps(body).encode())
+    return _send(exc.status, json.dumps(body).encode(), headers)
 
 
-def _send(status: HTTPStatus, body: bytes) -> web.Response:
-    response = web.Response(status=int(status), body=body, content_type="application/json")
+def _send(status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    response = web.Response(
+        status=int(status), body=body, content_type="application/json", headers=headers
+    )
     response.force_close()  # sends `Connection: close` and closes after the body
     return response
 
@@ -200,19 +216,23 @@ class EmbeddingServer:
     """Lifecycle of the endpoint: `start()` binds and serves on a thread's own event loop,
     `stop()` closes it (the callers are synchronous, and so is this API).
 
-    Given memd's `embedding.Embedder` (or nothing), it serves every bundled model by the
-    name a request asks for (each loaded on first use), so one endpoint serves clients
-    on either embedded provider; `endpoint.model` is the default one. Given any other
-    callable, it serves that under `model` alone."""
+    Given `Models` (memd's `EmbedderClient` to the embedder child, an in-process
+    `embedding.Embedder`, or nothing: an in-process one), it serves every bundled model
+    by the name a request asks for, so one endpoint serves clients on either embedded
+    provider; `endpoint.model` is the default one. Given any other callable, it serves
+    that under `model` alone."""
 
     def __init__(
         self,
-        embedder: Embedder | embedding.Embedder | None = None,
+        embedder: Embedder | Models | None = None,
         model: str = embedding.MODEL_NAME,
         api_key: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        if embedder is None or isinstance(embedder, embedding.Embedder):
+        # An in-process model is loaded at start; the embedder child loads its own.
+        remote = isinstance(embedder, Models) and not isinstance(embedder, embedding.Embedder)
+        self._warm = not remote
+        if embedder is None or isinstance(embedder, Models):
             models = embedder or embedding.Embedder()
             self._embedder: _ModelEmbedder = models.embed
             self._models: tuple[str, ...] = tuple(embedding.MODELS)
@@ -235,10 +255,12 @@ class EmbeddingServer:
         return Endpoint(f"http://{self._host}:{self._port}/v1", self._api_key, self._model)
 
     def start(self) -> Endpoint:
-        """Bind a random loopback port and serve (the model is loaded first, not on a call)."""
+        """Bind a random loopback port and serve (an in-process model is loaded first,
+        not on a call)."""
         if self._port is not None:
             return self.endpoint
-        self._embedder(["warm up"], self._model)
+        if self._warm:
+            self._embedder(["warm up"], self._model)
         loop = asyncio.new_event_loop()
         try:
             self._runner = loop.run_until_complete(self._listen())

@@ -17,6 +17,7 @@ import structlog
 
 from memd import trust
 from memd.config import Config
+from memd.indexing.daemon.embedder import is_embedder
 from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.shared_index import is_shared_server
 from memd.indexing.targets import Endpoint
@@ -27,8 +28,8 @@ log = structlog.get_logger()
 
 
 async def reap_memd_wide(memory_dir: Path) -> None:
-    """A zygote or shared index server an earlier memd left behind, if its folder passes
-    the trust rule."""
+    """A zygote, shared index server or embedder an earlier memd left behind, if its
+    folder passes the trust rule."""
     state_dir = memory_dir / ".memd"
     try:
         trust.check_dir(memory_dir)
@@ -77,4 +78,4 @@ def is_zygote(argv: Sequence[str]) -> bool:
 
 def is_memd_wide(argv: Sequence[str]) -> bool:
     """Whether `argv` is one of memd's children not tied to a client (`<memory_dir>/.memd/`)."""
-    return is_zygote(argv) or is_shared_server(argv)
+    return is_zygote(argv) or is_shared_server(argv) or is_embedder(argv)

@@ -4,10 +4,11 @@
 (`ClientPlan`, derived once from the client and the config), an index server (local mode
 only, from the `IndexServers` chosen once at start: one per client or one shared) and a
 `memsearch watch` that starts once the index server answers, plus the `IndexSearcher`
-recall uses. One embedding endpoint serves the embedded model to
-every watcher. A change of a client's index settings (embedding provider/model, Milvus
-target) stops its children, rebuilds the index from the markdown files if the fingerprint
-changed, and starts them again; anything else leaves running children alone.
+recall uses. One embedder child holds the bundled models for every watcher (through
+memd's embedding endpoint) and recall (`memd.indexing.daemon.embedder`). A change of a
+client's index settings (embedding provider/model, Milvus target) stops its children,
+rebuilds the index from the markdown files if the fingerprint changed, and starts them
+again; anything else leaves running children alone.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from typing import Any
 import structlog
 
 from memd.config import Config
-from memd.indexing import embedding
 from memd.indexing.daemon import catch_up_run, leftovers, maintenance
-from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.daemon.embedder import EMBEDDER_NAME, EmbeddingService
 from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.servers import (
     IndexServers,
@@ -38,7 +38,7 @@ from memd.indexing.daemon.settings import ensure_dirs
 from memd.indexing.daemon.watch_on_demand import WatchOnDemand
 from memd.indexing.daemon.zygote import ZYGOTE_MODULES, start_zygote, zygote_status
 from memd.indexing.query.search import IndexSearcher
-from memd.indexing.targets import Endpoint, effective_model, uses_embedded_model
+from memd.indexing.targets import Endpoint, uses_embedded_model
 from memd.layout import ClientLayout, write_memsearch_toml
 from memd.supervision import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner
@@ -74,6 +74,12 @@ class _Pipeline:
         """Its index server (when local) and watcher, in start order."""
         return ([self.served.name] if self.served else []) + [self.watcher]
 
+    @property
+    def needs(self) -> list[str]:
+        """What must run for its indexing: its children and, for an embedded model, the
+        embedder (a restart of either is caught up after)."""
+        return self.children + ([EMBEDDER_NAME] if self.endpoint is not None else [])
+
 
 def _fingerprint(config: Config) -> tuple[Any, ...]:
     """What, when changed, needs the client's children restarted (and maybe a rebuild)."""
@@ -81,7 +87,7 @@ def _fingerprint(config: Config) -> tuple[Any, ...]:
 
 
 class Pipelines:
-    """Owns the supervisor, the embedding endpoint and every client's pipeline."""
+    """Owns the supervisor, the embedder and its endpoint, and every client's pipeline."""
 
     def __init__(self, supervisor: Supervisor | None = None) -> None:
         # The zygote forks the children when memd builds its own supervisor; a supervisor
@@ -96,10 +102,8 @@ class Pipelines:
         self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
         self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
-        # One embedded model for the watchers' endpoint and every client's queries.
-        self.embedder = embedding.Embedder()
-        self._embed: EmbeddingServer | None = None
-        self._endpoint: Endpoint | None = None
+        # One embedder child for the watchers' endpoint and every client's queries.
+        self.embedding = EmbeddingService(self.supervisor, self._prefers)
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
         # A server per client until `start` reads [supervision] shared_index_server.
@@ -134,6 +138,10 @@ class Pipelines:
         """daemon.status's `zygote`: the child's status plus how children were started."""
         return zygote_status(self.supervisor, self.spawner)
 
+    def embedder_status(self) -> dict[str, Any] | None:
+        """daemon.status's `embedder`: the child's status, None when none is run."""
+        return self.embedding.status()
+
     def _prefers(self) -> tuple[str, ...]:
         return (ZYGOTE_NAME,) if ZYGOTE_NAME in self.supervisor else ()
 
@@ -165,11 +173,11 @@ class Pipelines:
                 log.exception("pipeline.start_failed", client=client_id)
                 self._errors[client_id] = f"{type(exc).__name__}: {exc}"
         if not wanted or not uses_embedded_model(config.embedding):
-            self._stop_embedding()
+            await self.embedding.stop()
 
     async def _start(self, config: Config, layout: ClientLayout) -> None:
         plan = ClientPlan.of(config, layout)
-        endpoint = await self._embedding_endpoint(config)
+        endpoint = await self.embedding.endpoint(config)
         await asyncio.to_thread(ensure_dirs, layout)
         await asyncio.to_thread(write_memsearch_toml, layout, dict(plan.memsearch_toml))
         if await asyncio.to_thread(maintenance.prepare, plan):
@@ -181,13 +189,13 @@ class Pipelines:
             "watch",
             plan.watcher(endpoint),
             self._watching(f"{plan.client_id}/watch", layout.sessions),
-            requires=served.requires if served else (),
+            requires=(served.requires if served else ()) + self.embedding.requires,
             prefers=self._prefers(),
             gate=served.gate if served else None,
         )
         self.on_demand.add(plan.client_id, watcher, layout.sessions)
         searcher = IndexSearcher(
-            plan.target, config.embedding, root=layout.root, embedder=self.embedder
+            plan.target, config.embedding, root=layout.root, embedder=self.embedding.query_client
         )
         pipeline = _Pipeline(
             plan, config, endpoint, _fingerprint(config), served, watcher, searcher
@@ -235,7 +243,7 @@ class Pipelines:
 
     async def _catch_up(self, client_id: str, pipeline: _Pipeline) -> None:
         pids: list[int | None] = []
-        for name in pipeline.children:
+        for name in pipeline.needs:
             if not self.supervisor.is_ready(name):
                 return  # not all up: wait; `since` still marks the last good moment
             proc = self.supervisor.child(name).proc
@@ -272,21 +280,6 @@ class Pipelines:
             if pipeline is not None:
                 await self._stop(client_id)
                 await self._start(pipeline.config, pipeline.layout)
-
-    async def _embedding_endpoint(self, config: Config) -> Endpoint | None:
-        if not uses_embedded_model(config.embedding):
-            return None
-        if self._endpoint is None:
-            model = effective_model(config.embedding)  # the one loaded at start
-            self._embed = EmbeddingServer(self.embedder, model=model)
-            self._endpoint = await asyncio.to_thread(self._embed.start)
-        return self._endpoint
-
-    def _stop_embedding(self) -> None:
-        if self._embed is not None:
-            self._embed.stop()
-        self._embed = None
-        self._endpoint = None
 
     async def rebuild(self, client_id: str, timeout: float = 120.0) -> bool:
         """Drop the client's index and build it again from the markdown files.
@@ -360,4 +353,4 @@ class Pipelines:
         for pipeline in self._pipelines.values():
             await asyncio.to_thread(pipeline.searcher.close)
         self._pipelines.clear()
-        self._stop_embedding()
+        await self.embedding.stop()

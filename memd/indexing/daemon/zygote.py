@@ -1,8 +1,8 @@
 """The zygote for indexing's children: what it preloads, where it lives, its status.
 
-The zygote (memd.supervision.zygote) forks the watchers, index servers and catch-up
-children from one process that imported their heavy modules once; `Pipelines` starts it
-first, so it imports while the rest of memd starts.
+The zygote (memd.supervision.zygote) forks the watchers, index servers, catch-up
+children and the embedder from one process that imported their heavy modules once;
+`Pipelines` starts it first, so it imports while the rest of memd starts.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ ZYGOTE_PRELOAD = (
     "openai.types.create_embedding_response",
     "anyio._backends._asyncio",
     "truststore",
+    # The embedder's tokenizer (importing it starts no thread). Not onnxruntime: loading
+    # its native module starts a thread (measured, 1.32: one, parked on a futex), and the
+    # zygote must have none when it forks; the embedder imports it after the fork (~40 ms).
+    "tokenizers",
 )
 
 __all__ = ["ZYGOTE_MODULES", "ZYGOTE_NAME", "ZYGOTE_PRELOAD", "start_zygote", "zygote_status"]

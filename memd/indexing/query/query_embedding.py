@@ -1,6 +1,7 @@
 """Embedding a recall query exactly as the client's watcher embeds its chunks.
 
-memd's embedded models directly; any other provider through memsearch's own provider
+memd's embedded models through the embedder child (`embedder_client`; in-process when no
+client is given: tools and tests); any other provider through memsearch's own provider
 classes, with the settings the watcher runs with (memd.indexing.targets).
 """
 
@@ -10,9 +11,14 @@ import asyncio
 import threading
 from typing import Any
 
+import structlog
+
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
+from memd.indexing.query.embedder_client import EmbedderClient, EmbedderUnavailable
 from memd.indexing.targets import effective_model, uses_embedded_model, watcher_embedding
+
+log = structlog.get_logger()
 
 
 class QueryEmbedder:
@@ -23,16 +29,31 @@ class QueryEmbedder:
     `asyncio.run` per call breaks them, as memsearch's own watcher notes).
     """
 
-    def __init__(self, cfg: EmbeddingConfig, embedder: embedding.Embedder | None = None) -> None:
+    def __init__(
+        self, cfg: EmbeddingConfig, embedder: embedding.Embedder | EmbedderClient | None = None
+    ) -> None:
         self._cfg = cfg
         self._embedded = embedder or embedding.Embedder()  # loads the model on first use
         self._provider: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
+    def vector(self, text: str, timeout: float) -> list[float]:
+        """The query's vector, or [] while the embedder child is down or restarting:
+        recall then searches by keywords alone rather than failing (TimeoutError still
+        raises: the recall's time is spent)."""
+        try:
+            return self.embed(text, timeout)
+        except EmbedderUnavailable as exc:
+            log.warning("recall.keyword_only", reason=str(exc))
+            return []
+
     def embed(self, text: str, timeout: float) -> list[float]:
         if uses_embedded_model(self._cfg):
-            return self._embedded.embed_one(text, effective_model(self._cfg))
+            model = effective_model(self._cfg)
+            if isinstance(self._embedded, EmbedderClient):
+                return self._embedded.embed_one(text, model, max(timeout, 0.01))
+            return self._embedded.embed_one(text, model)
         provider, loop = self._ensure_provider()
         future = asyncio.run_coroutine_threadsafe(provider.embed([text]), loop)
         try:

@@ -70,6 +70,10 @@ WORDLLAMA = Tuning(0.0, RELEVANCE)
 # default").
 MINILM = Tuning(2.0, (4.717, 4.571, -2.948, 0.768, -5.519))
 TUNINGS = {"wordllama-l2-256": WORDLLAMA, minilm.MODEL_NAME: MINILM}
+# No query vector (the embedder child is down: recall by keywords alone). MiniLM's weights
+# lean on the cosine: a result holding every query term would score 0.04, under the
+# default min_score, and the fallback would answer nothing; WordLlama's are BM25-led (0.23).
+KEYWORDS_ONLY = WORDLLAMA
 
 
 def tuning(model: str) -> Tuning:

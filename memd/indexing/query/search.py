@@ -31,6 +31,7 @@ import structlog
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.query import ranking
+from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
@@ -107,7 +108,7 @@ class IndexSearcher:
         root: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         bm25_weight: float = ranking.DEFAULT_BM25_WEIGHT,
-        embedder: embedding.Embedder | None = None,  # the daemon's one embedded model
+        embedder: embedding.Embedder | EmbedderClient | None = None,  # None: in-process
     ) -> None:
         self.target = target
         self.root = root
@@ -143,7 +144,7 @@ class IndexSearcher:
         expr = time_filter_expr(after, before)
         fetch = top_k * 2 if timed else top_k
         try:
-            vector = self._embedder.embed(query, _remaining(deadline))
+            vector = self._embedder.vector(query, _remaining(deadline))  # []: keywords only
         except TimeoutError:
             raise IndexUnavailableError("embedding the query timed out") from None
         weight = self.bm25_weight if bm25_weight is None else bm25_weight
@@ -258,7 +259,8 @@ class IndexSearcher:
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        pool, w, tuned = max(limit, CANDIDATES), bm25_weight, self._tuned
+        pool, w = max(limit, CANDIDATES), bm25_weight
+        tuned = self._tuned if vector else ranking.KEYWORDS_ONLY
         dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
         return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
 
@@ -291,7 +293,8 @@ def halves(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The two raw requests of a search: the best `pool` chunks by cosine similarity to
     `vector`, and by BM25 for `query` (with their embeddings, for their cosine). The one
-    place recall talks to the index about ranking."""
+    place recall talks to the index about ranking. No vector (the embedder is down): no
+    dense half."""
 
     def one(data: list[float] | str, field: str, metric: str, fields: list[str]) -> list[Any]:
         return client.search(
@@ -305,7 +308,7 @@ def halves(
             timeout=_remaining(deadline),
         )
 
-    dense = one(vector, "embedding", "COSINE", OUTPUT_FIELDS)
+    dense = one(vector, "embedding", "COSINE", OUTPUT_FIELDS) if vector else []
     keyword = one(query, "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
     return dense, keyword
 

@@ -1,0 +1,119 @@
+"""The embedder: memd's one copy of the bundled embedding models, served on a Unix socket.
+
+memd used to load the model itself, for recall's query vectors and for the watchers'
+OpenAI-compatible endpoint: ~80 MB of memd's ~130 MB PSS were onnxruntime, tokenizers,
+google.protobuf and the ORT session (issue 29). This child holds them instead; memd keeps
+the HTTP endpoint (its key, limits and error answers) and relays each request here
+(`memd.indexing.query.embedder_client`), and recall asks here for its query vectors.
+
+It is forked from the zygote like the index servers. The zygote imports tokenizers but
+not onnxruntime: loading ORT's native module starts a thread (1.32: one, parked on a
+futex), and the zygote must have none when it forks. So onnxruntime is imported here,
+after the fork (~40 ms), and the ORT session (more threads) is made here too.
+
+The socket speaks the index server's JSON lines (`memd.indexing.index_requests`, served
+by `query_server.QueryServer`: 0600 in a private folder, other uids refused, a thread per
+connection, a bad line answered with an error and the connection kept):
+
+    {"op": "embed", "model": NAME, "texts": [...]} -> {"ok": true, "result": [{"f32": b64}, ...]}
+    {"op": "ping"}                                   -> {"ok": true, "result": true}
+
+Connections run in parallel threads (onnxruntime's `run` lets go of the GIL); memd's
+endpoint splits a batch of 16 texts or more over two connections, as it did over two
+threads when the model lived in memd. The default model is loaded before the socket is
+bound, so "the socket answers" (memd's readiness check) means "it embeds".
+
+Run: python -m memd.indexing.children.embedder --socket PATH [--model NAME]
+SIGINT/SIGTERM: close the socket and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memd import trust
+from memd.indexing import children, embedding
+from memd.indexing.children import startup
+from memd.indexing.children.query_server import QueryServer
+from memd.indexing.index_requests import RequestError
+
+log = structlog.get_logger()
+
+MAX_TEXTS = 2048  # as memd's endpoint (embed_server.MAX_INPUTS)
+
+
+def zygote_preload() -> None:
+    """What memd's zygote imports before forking this: the tokenizer, not onnxruntime (its
+    import starts a thread; see the module docstring)."""
+    import numpy  # noqa: F401
+    import tokenizers  # noqa: F401
+
+
+class EmbedRequests:
+    """Runs one decoded request on the models (`QueryServer` calls `run` per line)."""
+
+    def __init__(self, models: embedding.Embedder) -> None:
+        self._models = models
+
+    def run(self, request: Any) -> Any:
+        if not isinstance(request, dict):
+            raise RequestError("a request must be a JSON object")
+        op = request.get("op")
+        if op == "ping":
+            return True
+        if op != "embed":
+            raise RequestError(f"unknown op {op!r}")
+        model = request.get("model", embedding.MODEL_NAME)
+        if not isinstance(model, str) or model not in embedding.MODELS:
+            raise RequestError(f"no bundled embedding model {model!r}", "UnknownModel")
+        texts = request.get("texts")
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise RequestError("'texts' must be a list of strings")
+        if len(texts) > MAX_TEXTS:
+            raise RequestError(f"at most {MAX_TEXTS} texts a request")
+        return self._models.embed(texts, model)
+
+
+def serve(socket_path: Path, model: str) -> int:
+    """Load `model`, serve the socket until SIGINT/SIGTERM."""
+    stop = startup.stop_event()
+    models = embedding.Embedder()
+    models.embed(["warm up"], model)  # loaded before anyone is told it is ready
+    socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    trust.check_dir(socket_path.parent)  # the runtime dir may be under /tmp: ours alone
+    server = QueryServer(socket_path, None, EmbedRequests(models))
+    server.start()
+    log.info("embedder.ready", socket=str(socket_path), model=model, pid=os.getpid())
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+    log.info("embedder.stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {children.EMBEDDER}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--socket", type=Path, required=True, help="Unix socket path to serve on")
+    parser.add_argument(
+        "--model",
+        default=embedding.MODEL_NAME,
+        choices=sorted(embedding.MODELS),
+        help="the model loaded at start (the others on first use)",
+    )
+    args = startup.start(children.EMBEDDER, parser, argv)
+    return serve(args.socket.absolute(), args.model)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""memd's side of the embedder child, against a real `python -m
+memd.indexing.children.embedder` on a real socket: the same vectors as the model in-process,
+the endpoint relaying to it (split batches included), 503 while it is down, and recall by
+keywords alone meanwhile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memd.indexing import embedding
+from memd.indexing.children import EMBEDDER, index_ready
+from memd.indexing.daemon.embed_server import SPLIT_AT, EmbeddingServer
+from memd.indexing.query.embedder_client import EmbedderClient, EmbedderUnavailable
+from memd.indexing.query.search import IndexSearcher
+from memd.indexing.targets import Endpoint
+from tests.support.embedding import embed
+from tests.support.index import ClientIndex, client_config
+
+
+@pytest.fixture(scope="module")
+def child() -> Iterator[Path]:
+    """A real embedder child on a socket in a private folder."""
+    folder = Path(tempfile.mkdtemp(prefix="memd-emb-", dir="/tmp"))
+    sock = folder / "embedder.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", EMBEDDER, "--socket", str(sock)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not index_ready(sock):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "embedder not ready"
+        time.sleep(0.05)
+    yield sock
+    proc.terminate()
+    proc.wait(10)
+    assert not sock.exists()  # removed on a polite stop
+
+
+def _post(endpoint: Endpoint, body: object) -> tuple[int, dict, dict]:
+    req = urllib.request.Request(
+        endpoint.base_url + "/embeddings", data=json.dumps(body).encode(), method="POST"
+    )
+    req.add_header("Authorization", f"Bearer {endpoint.api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read()), dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+
+@pytest.mark.parametrize("model", sorted(embedding.MODELS))
+def test_the_child_gives_the_vectors_of_the_model_in_process(child: Path, model: str) -> None:
+    texts = ["**User:** I'm allergic to peanuts.\n\n**Assistant:** Noted.", "", "x" * 3000]
+    client = EmbedderClient(child)
+    try:
+        assert client.embed(texts, model) == embed(texts, model)  # float32 both ways: exact
+        with pytest.raises(ValueError, match="UnknownModel"):
+            client.embed(["a"], "no-such-model")
+        assert client.embed_one("hello", model) == embed(["hello"], model)[0]
+    finally:
+        client.close()
+
+
+def test_the_endpoint_relays_to_the_child_split_batches_included(child: Path) -> None:
+    texts = [f"text number {n}" for n in range(SPLIT_AT * 2 + 1)]
+    with EmbeddingServer(EmbedderClient(child), model=embedding.MODEL_NAME) as srv:
+        status, data, _ = _post(srv.endpoint, {"model": embedding.MODEL_NAME, "input": texts})
+    assert status == 200
+    got = [d["embedding"] for d in data["data"]]
+    assert got == embed(texts, embedding.MODEL_NAME)
+
+
+def test_the_endpoint_answers_503_while_the_child_is_down(tmp_path: Path) -> None:
+    client = EmbedderClient(tmp_path / "nobody.sock", wait=0.5)
+    started = time.monotonic()
+    with pytest.raises(EmbedderUnavailable):
+        client.embed(["a"])
+    assert time.monotonic() - started >= 0.4  # it waited for a restart first
+    with EmbeddingServer(client, model=embedding.MODEL_NAME) as srv:
+        status, data, headers = _post(srv.endpoint, {"model": embedding.MODEL_NAME, "input": "a"})
+    assert status == 503, data
+    assert headers.get("Retry-After") == "1" and data["error"]["type"] == "server_error"
+
+
+@pytest.mark.slow
+def test_recall_searches_by_keywords_while_the_embedder_is_down(tmp_path: Path) -> None:
+    config = client_config(tmp_path / "memory", "ann")
+    with EmbeddingServer() as srv:
+        index = ClientIndex(config, "ann", srv).start()
+        try:
+            index.layout.sessions.mkdir(parents=True, exist_ok=True)
+            (index.layout.sessions / "s.md").write_text(
+                "# s\n\n## Exchange 1\n\n**User:** I'm allergic to peanuts and shellfish.\n\n"
+                "**Assistant:** Noted.\n"
+            )
+            index.wait_for(lambda s: s.search("peanuts shellfish", top_k=3))
+            assert index.searcher is not None
+            down = IndexSearcher(
+                index.searcher.target,
+                config.embedding,
+                root=index.layout.root,
+                embedder=EmbedderClient(tmp_path / "nobody.sock"),
+            )
+            try:
+                hits = down.search("peanuts", top_k=3)
+                assert hits and "shellfish" in hits[0].content  # BM25 alone found it
+                assert hits[0].features[0] == 0.0  # no cosine: no dense half
+                assert hits[0].score > 0.055  # over the default min_score: recall shows it
+            finally:
+                down.close()
+        finally:
+            index.stop()

@@ -17,6 +17,12 @@ of an arena are not returned to the kernel on their own. Three calls address it:
 
 All are glibc-only; elsewhere (macOS, musl) they are no-ops and say so. `tune()` does them
 all and is called first thing by memd and by the index server and watcher it runs.
+
+`page_out_files()` is the zygote's (memd.supervision.zygote): its imports leave ~40 MB of
+shared-library pages resident (pyarrow, pandas, faiss, pydantic_core) that it never runs
+again and no child maps; `madvise(MADV_PAGEOUT)` has the kernel reclaim them now. A
+page another process maps is left alone (the kernel's rule), and a page is only ever
+re-read from its file when touched again, so nothing changes but where memory sits.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import threading
 from typing import Any
 
 M_MMAP_THRESHOLD = -3  # from glibc's malloc.h
+MADV_PAGEOUT = 21  # from linux/mman.h (Linux >= 5.4)
 M_ARENA_MAX = -8
 ARENAS = 2
 MMAP_THRESHOLD = 256 * 1024  # bytes; setting it also turns glibc's dynamic threshold off
@@ -40,6 +47,7 @@ def _glibc() -> Any | None:
         libc = ctypes.CDLL("libc.so.6")
         libc.malloc_trim  # noqa: B018 - musl and others lack it
         libc.mallopt  # noqa: B018
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     except (OSError, AttributeError):
         return None
     return libc
@@ -84,3 +92,24 @@ def _trim_forever(interval: float) -> None:
     stop = threading.Event()  # never set: the thread ends with the process
     while not stop.wait(interval):
         trim()
+
+
+def page_out_files(maps: str = "/proc/self/maps") -> int | None:
+    """Ask the kernel to reclaim this process's pages of read-only file mappings (shared
+    libraries' code and constants) that no other process maps; the mappings stay, a page
+    touched again is read back. Returns how many mappings were advised, None where the
+    call does not exist (not glibc, or a kernel before 5.4)."""
+    if _LIBC is None:
+        return None
+    advised = failed = 0
+    with open(maps, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or not parts[5].startswith("/") or "w" in parts[1]:
+                continue  # anonymous, [heap]/[stack]/[vdso], or writable
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            if _LIBC.madvise(start, end - start, MADV_PAGEOUT) == 0:
+                advised += 1
+            else:
+                failed += 1  # EINVAL: a kernel without MADV_PAGEOUT, or a device mapping
+    return None if failed and not advised else advised

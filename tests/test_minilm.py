@@ -109,6 +109,20 @@ def test_minilm_embeds_what_a_chunk_says_not_memd_s_heading() -> None:
     assert embed_one(chunk, wordllama) != embed_one(bare, wordllama)
 
 
+def test_the_session_s_memory_options_leave_the_vectors_bit_identical() -> None:
+    """memd's session is set up to hold less memory (no ORT arena, the model read from a
+    memfd: bench/ort_session.py); its vectors must be the bits of a session with
+    onnxruntime's defaults (one thread, as measured), or the served name that every chunk
+    id carries would have to change."""
+    import onnxruntime as ort
+
+    texts = ["I'm allergic to peanuts and shellfish.", "the staging database listens " * 30]
+    reference = ort.SessionOptions()
+    reference.intra_op_num_threads = reference.inter_op_num_threads = 1
+    theirs = minilm.load_model(reference, model_as_bytes=True).embed(texts)
+    assert minilm.load_model().embed(texts) == theirs
+
+
 def test_an_index_embedded_before_bare_texts_is_rebuilt(tmp_path: Path) -> None:
     """What MiniLM is given changed (bare text, 128 tokens), so its served name did: an
     index written under the old name no longer matches and is rebuilt from the markdown."""

@@ -47,6 +47,8 @@ class Rig:
         enabled: bool = True,
         modules: tuple[str, ...] = (TARGET,),
         preload: tuple[str, ...] = ("json",),
+        zygote_args: tuple[str, ...] = (),
+        zygote_env: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
         self.spawner = ZygoteSpawner(tmp / "zygote.sock", enabled=enabled, modules=modules)
@@ -63,8 +65,9 @@ class Rig:
             )
             # The zygote starts in `/` with PYTHONSAFEPATH: the test target is found
             # through PYTHONPATH, never through the working directory.
-            env = {**(spec.env or {}), "PYTHONPATH": str(REPO)}
-            self.sup.add(dataclasses.replace(spec, env=env))
+            env = {**(spec.env or {}), **(zygote_env or {}), "PYTHONPATH": str(REPO)}
+            argv = (*spec.argv, *zygote_args)
+            self.sup.add(dataclasses.replace(spec, env=env, argv=argv))
             assert asyncio.run(self.sup.wait_ready(ZYGOTE_NAME, 120)), self.log("zygote")
 
     def add(self, name: str, mode: str = "run", **kw: object) -> Path:

@@ -72,12 +72,12 @@ def _checked(path: Path, sha256: str) -> bytes:
 
 
 @contextlib.contextmanager
-def _int8_model() -> Iterator[str | bytes]:
+def _int8_model(as_bytes: bool = False) -> Iterator[str | bytes]:
     """The checked model, rewritten to compute in int8 (memd.indexing.int8_graph), as a
     path onnxruntime can read while the session is made: a memfd's. Handed over as bytes
     instead, ORT kept ~22 MB more resident (docs/quality.md, round 5)."""
     data = int8_graph.rewrite(_checked(model_path(), MODEL_SHA256))
-    if not hasattr(os, "memfd_create"):
+    if as_bytes or not hasattr(os, "memfd_create"):
         yield data
         return
     fd = os.memfd_create("memd-minilm.onnx")
@@ -125,14 +125,34 @@ class OnnxModel:
         return out.tolist()
 
 
-def load_model() -> OnnxModel:
-    """Read and check the bundled files; nothing here touches the network or `~/.cache`."""
+def _onnxruntime() -> Any:
     try:
         import onnxruntime as ort
     except ImportError:
         raise RuntimeError(
             "onnxruntime (the minilm model's runtime) is not installed: reinstall memd"
         ) from None
+    return ort
+
+
+def session_options() -> Any:
+    """The session's options: one thread that never spins (the machine is shared), and
+    no memory kept back by onnxruntime for the next run."""
+    ort = _onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_cpu_mem_arena = False  # memory goes back to malloc (memd.heap trims it)
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def load_model(options: Any = None, *, model_as_bytes: bool = False) -> OnnxModel:
+    """Read and check the bundled files; nothing here touches the network or `~/.cache`.
+    `options` (default `session_options()`) and `model_as_bytes` are for
+    bench/ort_session.py, which measures what each option costs."""
+    ort = _onnxruntime()
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
 
@@ -145,12 +165,7 @@ def load_model() -> OnnxModel:
         raise RuntimeError(f"{vocab_path()}: no [CLS] or [SEP] token")
     tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
     tokenizer.decoder = decoders.WordPiece()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.enable_cpu_mem_arena = False  # memory goes back to malloc (memd.heap trims it)
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    with _int8_model() as source:
+    options = session_options() if options is None else options
+    with _int8_model(model_as_bytes) as source:
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     return OnnxModel(session, tokenizer)

@@ -23,7 +23,9 @@ or the zygote died in between) exits instead of running unsupervised.
 
 The zygote itself starts no threads, so forking it is safe: OpenBLAS gets one thread and
 Arrow's jemalloc no background thread (OPENBLAS_NUM_THREADS, JE_ARROW_MALLOC_CONF in its
-environment, see `zygote_env`); it reports its thread count when ready.
+environment, see `zygote_env`); it reports its thread count when ready. Once its children
+have started, it has the kernel reclaim the library pages its imports touched and no
+child maps (`memd.supervision.zygote_pageout`: ~40 MB of pyarrow, pandas, faiss...).
 
 Protocol (SOCK_SEQPACKET, one JSON object per message):
     {"op": "ping"}                                   -> {"ok": true, "pid": ...}
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.supervision import zygote_child
+from memd.supervision.zygote_pageout import PAGE_OUT_DELAY, PageOut
 
 MAX_MESSAGE = 1 << 20
 SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
@@ -102,12 +105,19 @@ def thread_count() -> int:
 class Zygote:
     """The serving loop: one connection at a time (memd's), one request at a time."""
 
-    def __init__(self, socket_path: Path, parent: int, modules: Sequence[str]) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        parent: int,
+        modules: Sequence[str],
+        page_out_delay: float = PAGE_OUT_DELAY,
+    ) -> None:
         self.socket_path = socket_path
         self.parent = parent
         self.modules = frozenset(modules)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._stop = False
+        self.pages = PageOut(page_out_delay)  # library pages no child maps, given back
 
     def bind(self) -> None:
         self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -129,14 +139,22 @@ class Zygote:
                     conn, _ = self.listener.accept()
                     with conn:
                         self._serve_connection(conn)
+                else:
+                    self._idle()
                 if os.getppid() != self.parent:
                     return  # memd is gone (PDEATHSIG should have come first)
         finally:
+            self.pages.close()
             self.listener.close()
             self.socket_path.unlink(missing_ok=True)
 
     def _on_stop(self, *_: Any) -> None:
         self._stop = True
+
+    def _idle(self) -> None:
+        """Once a second with nothing asked: give back library pages when it is time."""
+        if self.pages.tick():
+            print(json.dumps({"event": "zygote_paged_out", "times": self.pages.done}), flush=True)
 
     def _serve_connection(self, conn: socket.socket) -> None:
         if not _same_user(conn):
@@ -148,6 +166,7 @@ class Zygote:
             except TimeoutError:
                 if os.getppid() != self.parent:
                     return
+                self._idle()
                 continue
             except (InterruptedError, ConnectionError, OSError):
                 return
@@ -192,6 +211,7 @@ class Zygote:
             _send(conn, {"ok": False, "error": f"fork failed: {exc}"})
             return
         forked = time.monotonic()
+        self.pages.forked(pid)
         acked = False
         try:
             _send(conn, {"ok": True, "pid": pid})
@@ -317,12 +337,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preload", action="append", default=[], help="a module to import first (repeat)"
     )
+    parser.add_argument(
+        "--page-out-delay",
+        type=float,
+        default=PAGE_OUT_DELAY,
+        help="seconds after the last fork (or a forked child's exit) before the library "
+        "pages no child maps are given back (memd.supervision.zygote_pageout)",
+    )
     args = parser.parse_args(argv)
     modules = tuple(args.modules)
     os.umask(0o077)
     started = time.monotonic()
     failed = preload(args.preload, modules)
-    zygote = Zygote(args.socket.absolute(), args.parent, modules)
+    zygote = Zygote(args.socket.absolute(), args.parent, modules, args.page_out_delay)
     zygote.bind()
     print(
         json.dumps(

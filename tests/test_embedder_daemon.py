@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.slow]
 
 CLIENTS = {"ann": {"memory_enabled": True, "mode": "mcp_via_llm"}}
 EMBEDDER = "memd.indexing.children.embedder"
-# What only the model's process may map: onnxruntime, tokenizers, google.protobuf.
-MODEL_LIBS = ("/onnxruntime/", "/tokenizers/", "/google/_upb/", "/google/protobuf/")
+# What only the model's process may map: onnxruntime, tokenizers, google.protobuf, numpy
+# (memd's recall splits transcripts without it: ~12 MB of memd's PSS, issue 29).
+MODEL_LIBS = ("/onnxruntime/", "/tokenizers/", "/google/_upb/", "/google/protobuf/", "/numpy/")
 # A fact and a question sharing no content word: only the dense half finds it.
 FACT = ("I'm allergic to peanuts and shellfish.", "Noted, no peanuts or shellfish.")
 ASKED = "what foods can't I eat?"

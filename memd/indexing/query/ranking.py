@@ -38,11 +38,11 @@ from memd.indexing.query import timing
 from memd.markdown import parse_exchange_heading
 
 DEFAULT_BM25_WEIGHT = 0.7
-# The weight for a question that asks what would be or is likely ("Would she enjoy
-# Vivaldi?", "What fields would he likely pursue?"): its answer is an inference from what
-# was said, which shares fewer words with the question than a fact does, so the dense half
-# leads (LoCoMo dev, open-domain @5 0.375 -> 0.451; docs/quality.md round 6).
-DEFAULT_INFERENCE_BM25_WEIGHT = 0.4
+# A question that asks what would be or is likely ("Would she enjoy Vivaldi?", "What
+# fields would he likely pursue?"): its answer is an inference from what was said, which
+# shares fewer words with the question than a fact does, so the dense half leads
+# (`[recall] inference_bm25_weight`; LoCoMo dev, open-domain @5 0.375 -> 0.451; "might"
+# and "probably" lost two questions there: docs/quality.md round 6).
 _INFERENCE_RE = re.compile(r"\b(?:would|likely)\b", re.IGNORECASE)
 # What the relevance is computed from, and its weights (the last one is the bias).
 FEATURES = ("cosine", "coverage", "bm25_share", "fused_share")

@@ -87,6 +87,7 @@ TEMPLATE = """\
 
 # [recall]                    # ranking and filtering (docs/quality.md)
 # bm25_weight = {r[bm25_weight]}
+# inference_bm25_weight = {r[inference_bm25_weight]}
 # min_score = {r[min_score]}
 # drop_below = {r[drop_below]}
 # follow_questions = {r[follow_questions]}

@@ -153,7 +153,8 @@ class SupervisionConfig:
 class RecallConfig:
     """How recall ranks and filters (defaults measured on LoCoMo's dev split, see
     docs/quality.md): `bm25_weight` weighs BM25 (normalised to the query's best match)
-    against cosine similarity; results whose relevance is under `drop_below` are left out,
+    against cosine similarity, `inference_bm25_weight` (when lower) for a question that asks
+    what would be or is likely; results whose relevance is under `drop_below` are left out,
     and when none reaches `min_score` recall answers "No relevant memories found.".
     With `follow_questions`, a result that ends by asking a question is followed by the
     user's next message (its answer); with `neighbours`, a matching exchange right before
@@ -162,6 +163,7 @@ class RecallConfig:
     are added inside them (memd.recall.surround)."""
 
     bm25_weight: float = 0.7
+    inference_bm25_weight: float = 0.4
     min_score: float = 0.055
     drop_below: float = 0.005
     follow_questions: bool = True

@@ -56,7 +56,7 @@ def _embedding(parser: Parser, _data: Mapping[str, Any], emb: EmbeddingConfig) -
 
 
 def _recall(parser: Parser, _data: Mapping[str, Any], rec: RecallConfig) -> None:
-    for key in ("bm25_weight", "min_score", "drop_below"):
+    for key in ("bm25_weight", "inference_bm25_weight", "min_score", "drop_below"):
         if not 0.0 <= getattr(rec, key) <= 1.0:
             raise parser.fail(f"recall.{key}", "must be between 0 and 1")
     if rec.drop_below > rec.min_score:

@@ -29,6 +29,7 @@ import structlog
 from memd import trust
 from memd.config import RecallConfig
 from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, Section
+from memd.indexing.query.ranking import query_weight
 from memd.layout import ClientLayout
 from memd.markdown import (
     HEADING_TIME,
@@ -71,8 +72,9 @@ async def recall(
 ) -> dict[str, Any]:
     """Search the client's index, expand the best hits, return `results` and `text`.
 
-    `settings` (the config's `[recall]`) weighs the two halves of the search and sets the
-    relevance below which results are dropped, and below which nothing is returned.
+    `settings` (the config's `[recall]`) weighs the two halves of the search (the query's
+    own weight: `ranking.query_weight`) and sets the relevance below which results are
+    dropped, and below which nothing is returned.
 
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
     or the search overruns `timeout` (the thread is then abandoned, never awaited), and
@@ -92,7 +94,7 @@ async def recall(
         top_k * OVERFETCH + 1,
         after,
         before,
-        settings.bm25_weight,
+        query_weight(query, settings.bm25_weight, settings.inference_bm25_weight),
     )
     try:
         hits = await own.run(search, LANE_WAITING if waiting is None else waiting, timeout)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,9 +38,29 @@ from memd.indexing.query import timing
 from memd.markdown import parse_exchange_heading
 
 DEFAULT_BM25_WEIGHT = 0.7
+# A question that asks what would be or is likely ("Would she enjoy Vivaldi?", "What
+# fields would he likely pursue?"): its answer is an inference from what was said, which
+# shares fewer words with the question than a fact does, so the dense half leads
+# (`[recall] inference_bm25_weight`; LoCoMo dev, open-domain @5 0.375 -> 0.451; "might"
+# and "probably" lost two questions there: docs/quality.md round 6).
+_INFERENCE_RE = re.compile(r"\b(?:would|likely)\b", re.IGNORECASE)
 # What the relevance is computed from, and its weights (the last one is the bias).
 FEATURES = ("cosine", "coverage", "bm25_share", "fused_share")
 RELEVANCE = (3.368, 3.992, -0.178, 4.753, -9.786)  # bench/calibrate.py, bundled model
+
+
+def asks_inference(query: str) -> bool:
+    """Whether the query asks what would be or is likely, not what was said."""
+    return bool(_INFERENCE_RE.search(query))
+
+
+def query_weight(query: str, bm25_weight: float, inference_bm25_weight: float) -> float:
+    """The `bm25_weight` a query is searched with: for a question that asks for an
+    inference (`asks_inference`), `inference_bm25_weight` when that leans further to the
+    dense half; BM25 alone (`bm25_weight` 1) stays alone."""
+    if bm25_weight >= 1.0 or not asks_inference(query):
+        return bm25_weight
+    return min(bm25_weight, inference_bm25_weight)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Recall's index requests as JSON lines on a second socket of the index server: the wire format.
 
-memd's recall needs six requests of a client's index (`has_collection`,
-`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`). Made with
+memd's recall needs seven requests of a client's index (`has_collection`,
+`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`, and
+`searches`, several searches in one round trip). Made with
 pymilvus over gRPC they cost memd ~90 MB: pymilvus pulls in pandas, pyarrow, gRPC and
 protobuf (docs/performance.md). The index server already holds the engine (Milvus
 Lite's `MilvusLite` database, in-process), so it answers these requests itself, on

@@ -26,6 +26,7 @@ from memd.indexing.query.index_client import (
     IndexTransportError,
     LiteIndexClient,
     PymilvusIndexClient,
+    SearchRequest,
 )
 from memd.indexing.query.search import OUTPUT_FIELDS
 from memd.indexing.query.time_filter import time_filter_expr
@@ -110,6 +111,34 @@ def test_both_halves_answer_as_pymilvus_over_grpc(lite: LiteIndexClient, grpc: A
 
 def lite_best(lite: LiteIndexClient, vector: list[float]) -> str:
     return str(_search(lite, vector, "embedding", "COSINE")[0]["entity"]["content"])
+
+
+def test_both_halves_in_one_request_leave_out_only_rows_the_first_returned(
+    lite: LiteIndexClient, grpc: Any
+) -> None:
+    """Recall's two halves go in one round trip; a BM25 hit the dense half returned comes
+    back as its chunk_hash alone (no 384-float embedding), everything else as a search of
+    its own answers it. Over gRPC the same call is two searches, nothing left out."""
+    vector = embed_one("Which port does staging Postgres use?")
+    text = "staging Postgres port rotate certificate"
+    dense = SearchRequest(vector, "embedding", "COSINE", 2, OUTPUT_FIELDS, "")
+    keyword = SearchRequest(text, "sparse_vector", "BM25", 20, [*OUTPUT_FIELDS, "embedding"], "")
+    first, second = lite.searches(COLLECTION, [dense, keyword], known="chunk_hash", timeout=10)
+    alone = _search(lite, text, "sparse_vector", "BM25")
+    assert _plain(first) == _plain(_search(lite, vector, "embedding", "COSINE")[:2])
+    seen = {hit["entity"]["chunk_hash"] for hit in first}
+    assert [h["id"] for h in second] == [h["id"] for h in alone]
+    for hit, full in zip(second, alone, strict=True):
+        assert hit["distance"] == full["distance"]
+        key = full["entity"]["chunk_hash"]
+        if key in seen:
+            assert hit["entity"] == {"chunk_hash": key}
+        else:
+            assert _plain([hit]) == _plain([full])
+    assert {h["entity"]["chunk_hash"] for h in alone} - seen  # both kinds were checked
+    assert seen & {h["entity"]["chunk_hash"] for h in alone}
+    over_grpc = grpc.searches(COLLECTION, [dense, keyword], known="chunk_hash", timeout=10)
+    assert [_plain(h) for h in over_grpc] == [_plain(first), _plain(alone)]
 
 
 def test_the_checks_recall_makes_answer_as_pymilvus(lite: LiteIndexClient, grpc: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from memd.indexing.query.search import Hit, IndexSearcher, IndexUnavailableError
 from memd.indexing.targets import IndexTarget
 from memd.layout import ClientLayout
 from memd.markdown.summary import render_summary
+from memd.recall import service
 from memd.sessions.tracker import ClientSessions
 from tests.support.index import ClientIndex, client_config
 from tests.support.samples import ALICE, BOB
@@ -623,9 +625,12 @@ def test_a_burst_of_recalls_for_one_client_queues_rather_than_fails(
 
 
 @pytest.mark.slow
-def test_busy_threads_make_a_timeout_not_an_internal_error(indexed: dict[str, ClientIndex]) -> None:
-    """Expanding hits reads transcripts on the loop's default threads; when all of them are
-    busy (memd overloaded) past the deadline, recall says so with its own error."""
+def test_a_recall_needs_none_of_the_loops_default_threads(
+    indexed: dict[str, ClientIndex],
+) -> None:
+    """The search and the reading of the transcripts run on the client's own lane, one
+    after the other on one thread: a loop whose default threads are all busy (memd
+    loaded with other work) still answers the recall."""
     alice = indexed["alice"]
 
     async def crowded() -> dict[str, Any]:
@@ -636,15 +641,28 @@ def test_busy_threads_make_a_timeout_not_an_internal_error(indexed: dict[str, Cl
         blockers = [loop.run_in_executor(None, release.wait) for _ in range(2)]
         try:
             return await rc.recall(
-                alice.searcher, "capital of Australia", 3, None, None, alice.layout, timeout=1.0
+                alice.searcher, "capital of Australia", 3, None, None, alice.layout, timeout=5.0
             )
         finally:
             release.set()
             await asyncio.gather(*blockers)
 
+    assert "Canberra" in asyncio.run(crowded())["text"]
+
+
+def test_reading_past_the_deadline_is_a_timeout_not_the_index() -> None:
+    """When the search ended but reading the transcripts outruns the deadline, memd is
+    overloaded: recall says so with its own error (kind `timeout`), not the index's; a
+    search that never ended is the index's (kind `index_unavailable`)."""
+
+    async def stuck(searched: float | None) -> Any:
+        never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        return await service._answer(never, lambda: searched, 0.2)
+
     with pytest.raises(rc.RecallTimeoutError, match="overloaded"):
-        asyncio.run(crowded())
-    assert "Canberra" in _recall(alice, "capital of Australia")["text"]  # free threads: fine
+        asyncio.run(stuck(time.monotonic()))
+    with pytest.raises(IndexUnavailableError, match="did not answer"):
+        asyncio.run(stuck(None))
 
 
 def test_empty_index_says_no_memories(tmp_path: Path, embed_server: EmbeddingServer) -> None:

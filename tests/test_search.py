@@ -14,6 +14,7 @@ import pytest
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.query.search import (
+    QUERY_VECTORS,
     Hit,
     IndexSearcher,
     IndexUnavailableError,
@@ -281,6 +282,36 @@ def test_a_hung_index_times_out_and_recovers(index: Index) -> None:
         finally:
             index.server.signal(signal.SIGCONT)
         assert "Paris" in s.search("capital of France")[0].content
+    finally:
+        s.close()
+
+
+class _CountingEmbedder(embedding.Embedder):
+    """The daemon's real model, counting the texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str], model: str = embedding.MODEL_NAME) -> list[list[float]]:
+        self.texts += texts
+        return super().embed(texts, model)
+
+
+def test_a_query_asked_again_is_not_embedded_again(index: Index) -> None:
+    """A searcher keeps the vectors of its last QUERY_VECTORS queries: asked again (an
+    LLM's retry), a query costs no model run, and finds the same."""
+    index.write("s1.md", session_text())
+    model = _CountingEmbedder()
+    s = IndexSearcher(IndexTarget(index.uri, COLLECTION), EmbeddingConfig(), embedder=model)
+    try:
+        first = s.search("capital of France")
+        assert s.search("capital of France") == first
+        assert len(model.texts) == 1
+        for i in range(QUERY_VECTORS):
+            s.search(f"question {i}")
+        s.search("capital of France")  # forgotten by now: embedded again
+        assert len(model.texts) == QUERY_VECTORS + 2
     finally:
         s.close()
 

@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING
 from memd import lazy_face
 
 if TYPE_CHECKING:
+    from memd.recall.lane import RecallBusyError, RecallLane
     from memd.recall.output import Memory, Source, allot, clip, render
     from memd.recall.service import (
         OVERFETCH,
-        RecallBusyError,
-        RecallLane,
         RecallTimeoutError,
         collect,
         contained_path,

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from memd.markdown import (
 )
 from memd.recall import context
 from memd.recall.files import LineCache, RecentFiles
+from memd.recall.lane import LANE_WAITING, RecallLane
 from memd.recall.output import CHAR_BUDGET, Memory, Source, render
 from memd.recall.shown import Neighbours, Shown, dated, headless
 from memd.recall.surround import surround, within
@@ -77,7 +76,8 @@ async def recall(
     dropped, and below which nothing is returned.
 
     Raises IndexUnavailableError when there is no searcher yet, the index does not answer,
-    or the search overruns `timeout` (the thread is then abandoned, never awaited), and
+    or the search overruns `timeout` (the thread is then abandoned, never awaited),
+    RecallTimeoutError when reading the transcripts then overruns `timeout`, and
     RecallBusyError when `waiting` recalls (default LANE_WAITING; `limits.recall_queue`)
     already wait behind the client's running ones on its `lane` (without one, the search
     gets threads of its own for this call).
@@ -86,42 +86,85 @@ async def recall(
         raise IndexUnavailableError("the memory index is starting")
     settings = settings or RecallConfig()
     own = lane or RecallLane()
-    search = functools.partial(
-        _search_by,
-        time.monotonic() + timeout,
-        searcher,
-        query,
-        top_k * OVERFETCH + 1,
-        after,
-        before,
-        query_weight(query, settings.bm25_weight, settings.inference_bm25_weight),
-    )
+    period = (after, before)
+    job = _Recall(searcher, query, top_k, period, layout, settings, own.recent, timeout)
     try:
-        hits = await own.run(search, LANE_WAITING if waiting is None else waiting, timeout)
+        future = own.submit(job.run, LANE_WAITING if waiting is None else waiting)
+        shown = await _answer(future, lambda: job.searched, timeout)
     finally:
         if lane is None:
             own.close()
-    hits = relevant(hits, settings.min_score, settings.drop_below)
-    shown = await _shown(hits, layout, top_k, settings, own.recent, timeout, (after, before))
     return render(shown, budget)
 
 
-async def _shown(
-    hits: list[Hit],
-    layout: ClientLayout,
-    top_k: int,
-    settings: RecallConfig,
-    files: RecentFiles,
-    timeout: float,
-    period: tuple[datetime | None, datetime | None],
+@dataclasses.dataclass
+class _Recall:
+    """One recall's work on a lane thread: the search, then reading the transcripts.
+
+    Both run on the same thread, one after the other: handing the hits back to the
+    event loop and the reading on to another thread cost two thread wake-ups, 6-13 ms of
+    a recall at 10k exchanges on a loaded machine (docs/quality.md, "Recall latency").
+    `searched` is when the search ended (monotonic), for `_answer`'s second deadline."""
+
+    searcher: IndexSearcher
+    query: str
+    top_k: int
+    period: tuple[datetime | None, datetime | None]
+    layout: ClientLayout
+    settings: RecallConfig
+    files: RecentFiles
+    timeout: float
+    searched: float | None = None
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout
+
+    def run(self) -> list[Memory]:
+        after, before = self.period
+        hits = _search_by(
+            self.deadline,
+            self.searcher,
+            self.query,
+            self.top_k * OVERFETCH + 1,
+            after,
+            before,
+            query_weight(
+                self.query, self.settings.bm25_weight, self.settings.inference_bm25_weight
+            ),
+        )
+        self.searched = time.monotonic()
+        hits = relevant(hits, self.settings.min_score, self.settings.drop_below)
+        return collect(
+            hits,
+            self.layout,
+            self.top_k,
+            self.settings.follow_questions,
+            self.settings.neighbours,
+            files=self.files,
+            context_chars=self.settings.context_chars,
+            period=self.period,
+        )
+
+
+async def _answer(
+    future: asyncio.Future[list[Memory]], searched: Callable[[], float | None], timeout: float
 ) -> list[Memory]:
-    """`collect` in a thread, bounded by `timeout` (RecallTimeoutError)."""
-    show = functools.partial(
-        collect, files=files, context_chars=settings.context_chars, period=period
-    )
-    args = (hits, layout, top_k, settings.follow_questions, settings.neighbours)
+    """The job's memories. IndexUnavailableError when its search has not ended within
+    `timeout` (and a second's grace: the search has its own deadline), RecallTimeoutError
+    when reading the transcripts outruns `timeout` from the search's end (`searched`, a
+    monotonic time): the index answered, memd's threads are too busy (overload, neither
+    the index's fault nor a bug)."""
     try:
-        return await asyncio.wait_for(asyncio.to_thread(show, *args), timeout)
+        return await asyncio.wait_for(asyncio.shield(future), timeout + 1.0)
+    except TimeoutError:
+        ended = searched()
+        if ended is None:
+            raise IndexUnavailableError(
+                f"the memory index did not answer within {timeout:g} s"
+            ) from None
+    try:
+        left = ended + timeout - time.monotonic()
+        return await asyncio.wait_for(asyncio.shield(future), max(left, 0.0))
     except TimeoutError:
         raise RecallTimeoutError(
             f"reading the matching transcripts took over {timeout:g} s (memd is overloaded)"
@@ -155,56 +198,6 @@ def relevant(hits: Sequence[Hit], min_score: float, drop_below: float) -> list[H
     return [h for h in hits if h.score >= drop_below]
 
 
-class RecallBusyError(Exception):
-    """The client's recall lane is full: overload (kind `busy`), not an index fault."""
-
-
-LANE_THREADS = 2  # searches of one client at once
-# More may queue: a busy gateway has a few connections per client, each with a recall in
-# flight. Past that a recall fails at once; queued ones that outwait their deadline give up.
-LANE_WAITING = 16
-
-
-class RecallLane:
-    """One client's own search threads: a hung index server ties up only these, never the
-    threads other clients' recalls (or anything else on the loop's executor) need.
-
-    Owned by the client's runtime (memd.daemon.runtime) and closed with it.
-    """
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="memd-recall")
-        self.busy = 0  # submitted and not finished: running or queued
-        self.recent = RecentFiles()  # the client's transcripts, kept between its recalls
-
-    async def run(self, fn: Callable[[], list[Hit]], waiting: int, timeout: float) -> list[Hit]:
-        """`fn` on the lane; IndexUnavailableError if it has not answered in `timeout`."""
-        try:
-            return await asyncio.wait_for(self.submit(fn, waiting), timeout + 1.0)
-        except TimeoutError:
-            raise IndexUnavailableError(
-                f"the memory index did not answer within {timeout:g} s"
-            ) from None
-
-    def submit(self, fn: Callable[[], list[Hit]], waiting: int) -> asyncio.Future[list[Hit]]:
-        if self.busy >= LANE_THREADS + waiting:
-            raise RecallBusyError(
-                f"{self.busy} recalls of this client are already running or waiting "
-                f"(limits.recall_queue = {waiting})"
-            )
-        self.busy += 1
-        future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, _future: asyncio.Future[list[Hit]]) -> None:
-        self.busy -= 1
-
-    def close(self) -> None:
-        """Drop what waits; a search that runs ends on its own (it has a deadline)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
 def collect(
     hits: Sequence[Hit],
     layout: ClientLayout,
@@ -232,8 +225,9 @@ def collect(
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
     near = Neighbours()
+    paths: dict[str, Path | None] = {}
     for hit in hits:
-        path = _servable(hit, layout, sessions, reader)
+        path = _servable(hit, layout, sessions, reader, paths)
         if path is None:
             continue
         section = shown.section(hit, path, sessions, reader.lines(path))
@@ -266,11 +260,17 @@ def _follow(
     return found if found is not None and within(lines[found[0]], period) else None
 
 
-def _servable(hit: Hit, layout: ClientLayout, sessions: Path, reader: LineCache) -> Path | None:
+def _servable(
+    hit: Hit, layout: ClientLayout, sessions: Path, reader: LineCache, paths: dict[str, Path | None]
+) -> Path | None:
     """The hit's file when recall may show it: inside the client's `sessions/`, still
     there (deleting a file removes it from recall), a regular file of memd's uid opened
-    without following a link (memd.trust), and not only front matter."""
-    path = contained_path(hit.source, sessions)
+    without following a link (memd.trust), and not only front matter. `paths`: the
+    recall's `contained_path` answers by source, asked once per file rather than once
+    per hit (most hits of a recall share a file; pathlib made it ~1 ms of a recall)."""
+    if hit.source not in paths:
+        paths[hit.source] = contained_path(hit.source, sessions)
+    path = paths[hit.source]
     if path is None:
         log.warning("recall.source_refused", client=layout.client_id, chunk_hash=hit.chunk_hash)
         return None

@@ -1,7 +1,8 @@
 """The index server's side of recall's JSON requests: run each on the engine, answer it.
 
-memd's recall sends six requests of a client's index (`has_collection`,
-`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`) as JSON
+memd's recall sends seven requests of a client's index (`has_collection`,
+`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`, and
+`searches`: several searches in one round trip) as JSON
 lines on the index server's second socket; `memd.indexing.index_requests` is the wire
 format and says why. `QueryServer` serves that socket beside gRPC, in both index server
 kinds, each request run directly on the in-process Milvus Lite database, the same calls
@@ -129,6 +130,40 @@ class Requests:
             for hit in hits:
                 hit["entity"] = {**(hit.get("entity") or {}), pk: hit["id"]}
         return hits
+
+    def _op_searches(self, request: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        """Several searches of one collection in one request: recall's two halves in one
+        round trip instead of two. With `known` (a field every search outputs), a hit
+        that an earlier search of the request returned comes back as that field alone:
+        the caller has its row from the earlier answer. Recall's BM25 half asks for each
+        hit's embedding (384 floats, for its cosine), which a chunk the dense half found
+        needs no more."""
+        specs = request.get("searches")
+        if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
+            raise RequestError("'searches' must be a non-empty list of search requests")
+        known = request.get("known")
+        if known is not None and not isinstance(known, str):
+            raise RequestError("'known' must be a string")
+        collection = _text(request, "collection")
+        seen: set[Any] = set()
+        out = []
+        for spec in specs:
+            hits = self._op_search({**spec, "collection": collection})
+            if known is not None:
+                hits = [_slim(hit, known) if _key(hit, known) in seen else hit for hit in hits]
+                seen.update(_key(hit, known) for hit in hits)
+                seen.discard(None)  # a hit without the field is never taken as known
+            out.append(hits)
+        return out
+
+
+def _key(hit: dict[str, Any], field: str) -> Any:
+    value = (hit.get("entity") or {}).get(field)
+    return value if isinstance(value, (str, int)) else None
+
+
+def _slim(hit: dict[str, Any], field: str) -> dict[str, Any]:
+    return {**hit, "entity": {field: hit["entity"][field]}}
 
 
 # -- the socket -------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +37,18 @@ class IndexRequestError(Exception):
 
 class IndexTransportError(ConnectionError):
     """The index could not be reached, or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search of `IndexClient.searches`: the arguments of `IndexClient.search`."""
+
+    data: list[float] | str
+    anns_field: str
+    metric_type: str
+    limit: int
+    output_fields: list[str]
+    filter: str
 
 
 class IndexClient(Protocol):
@@ -66,6 +79,14 @@ class IndexClient(Protocol):
         timeout: float,
     ) -> list[dict[str, Any]]:
         """Hits of one query, best first: `{"id", "distance", "entity"}`."""
+        ...
+
+    def searches(
+        self, name: str, requests: Sequence[SearchRequest], *, known: str, timeout: float
+    ) -> list[list[dict[str, Any]]]:
+        """The hits of each request, as `search` answers them; a hit an earlier request
+        returned may come back with the `known` field alone in its entity (the caller
+        has the rest from that earlier answer)."""
         ...
 
     def close(self) -> None: ...
@@ -216,6 +237,25 @@ class LiteIndexClient:
             )
         )
 
+    def searches(
+        self, name: str, requests: Sequence[SearchRequest], *, known: str, timeout: float
+    ) -> list[list[dict[str, Any]]]:
+        """All in one round trip; the index server leaves out what an earlier request of
+        the same call returned already (memd.indexing.children.query_server)."""
+        wire = [
+            {
+                "data": r.data if isinstance(r.data, str) else pack_vector(r.data),
+                "anns_field": r.anns_field,
+                "metric_type": r.metric_type,
+                "limit": r.limit,
+                "output_fields": r.output_fields,
+                "filter": r.filter,
+            }
+            for r in requests
+        ]
+        answer = self.request("searches", timeout, collection=name, searches=wire, known=known)
+        return [list(hits) for hits in answer]
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
@@ -310,6 +350,24 @@ class PymilvusIndexClient:
                 **extra,
             )
         return list(res[0]) if res else []
+
+    def searches(
+        self, name: str, requests: Sequence[SearchRequest], *, known: str, timeout: float
+    ) -> list[list[dict[str, Any]]]:
+        """One search after the other (gRPC has no such batch), nothing left out."""
+        return [
+            self.search(
+                name,
+                data=r.data,
+                anns_field=r.anns_field,
+                metric_type=r.metric_type,
+                limit=r.limit,
+                output_fields=r.output_fields,
+                filter=r.filter,
+                timeout=timeout,
+            )
+            for r in requests
+        ]
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

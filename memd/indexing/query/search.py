@@ -20,6 +20,7 @@ import functools
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,7 @@ from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
     IndexTransportError,
+    SearchRequest,
     connect,
 )
 from memd.indexing.query.query_embedding import QueryEmbedder
@@ -47,6 +49,7 @@ log = structlog.get_logger()
 CANDIDATES = 20  # from each half, before fusion (30 finds no more on LoCoMo, costs ~5 ms)
 DEFAULT_TIMEOUT = 10.0
 READY_SECONDS = 5.0  # how long a collection found ready is taken to stay so
+QUERY_VECTORS = 64  # the latest queries' embeddings kept (IndexSearcher._vector)
 OUTPUT_FIELDS = [
     "content",
     "source",
@@ -119,6 +122,7 @@ class IndexSearcher:
         self._client: IndexClient | None = None
         self._lock = threading.Lock()
         self._ready_until = 0.0  # monotonic time until which the collection is known ready
+        self._vectors: OrderedDict[str, list[float]] = OrderedDict()  # query -> embedding
 
     # -- public API --
 
@@ -143,14 +147,32 @@ class IndexSearcher:
         timed = after is not None or before is not None
         expr = time_filter_expr(after, before)
         fetch = top_k * 2 if timed else top_k
-        try:
-            vector = self._embedder.vector(query, _remaining(deadline))  # []: keywords only
-        except TimeoutError:
-            raise IndexUnavailableError("embedding the query timed out") from None
+        vector = self._vector(query, deadline)
         weight = self.bm25_weight if bm25_weight is None else bm25_weight
         rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight))
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
+
+    def _vector(self, query: str, deadline: float) -> list[float]:
+        """The query's embedding; the last QUERY_VECTORS queries' are kept. An LLM asks
+        again what it asked a moment ago (a retry, the same question in a new turn), and
+        a vector is the same every time (the model runs each text on its own), so only
+        the model's few ms are saved: no result changes."""
+        with self._lock:
+            kept = self._vectors.get(query)
+            if kept is not None:
+                self._vectors.move_to_end(query)
+                return kept
+        try:
+            vector = self._embedder.vector(query, _remaining(deadline))  # []: keywords only
+        except TimeoutError:
+            raise IndexUnavailableError("embedding the query timed out") from None
+        with self._lock:
+            if vector:
+                self._vectors[query] = vector
+            while len(self._vectors) > QUERY_VECTORS:
+                self._vectors.popitem(last=False)
+        return vector
 
     def headings(self, sources: list[str], timeout: float | None = None) -> list[tuple[str, str]]:
         """(source, heading) of every row of the given source files (for memory.forget)."""
@@ -294,23 +316,21 @@ def halves(
     """The two raw requests of a search: the best `pool` chunks by cosine similarity to
     `vector`, and by BM25 for `query` (with their embeddings, for their cosine). The one
     place recall talks to the index about ranking. No vector (the embedder is down): no
-    dense half."""
+    dense half.
 
-    def one(data: list[float] | str, field: str, metric: str, fields: list[str]) -> list[Any]:
-        return client.search(
-            name,
-            data=data,
-            anns_field=field,
-            metric_type=metric,
-            limit=pool,
-            output_fields=fields,
-            filter=expr,
-            timeout=_remaining(deadline),
-        )
-
-    dense = one(vector, "embedding", "COSINE", OUTPUT_FIELDS) if vector else []
-    keyword = one(query, "sparse_vector", "BM25", [*OUTPUT_FIELDS, "embedding"])
-    return dense, keyword
+    Both go in one round trip (`IndexClient.searches`), and a BM25 hit the dense half
+    found comes back as its `chunk_hash` alone: `ranking.fused_rows` takes its row and
+    cosine from the dense half anyway. At 10k chunks this saved a round trip and the
+    BM25 half's embeddings of those chunks (docs/quality.md, "Recall latency")."""
+    keyword = SearchRequest(
+        query, "sparse_vector", "BM25", pool, [*OUTPUT_FIELDS, "embedding"], expr
+    )
+    if not vector:  # no dense half to ask (an empty vector: keywords alone)
+        [hits] = client.searches(name, [keyword], known="chunk_hash", timeout=_remaining(deadline))
+        return [], hits
+    dense = SearchRequest(vector, "embedding", "COSINE", pool, OUTPUT_FIELDS, expr)
+    both = client.searches(name, [dense, keyword], known="chunk_hash", timeout=_remaining(deadline))
+    return both[0], both[1]
 
 
 def _remaining(deadline: float) -> float:

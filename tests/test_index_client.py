@@ -239,7 +239,8 @@ def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> N
         f"""
         import sys
         from memd.config import EmbeddingConfig
-        from memd.indexing.query.search import IndexSearcher, expand_hit
+        from memd.indexing.query.expand import expand_hit
+        from memd.indexing.query.search import IndexSearcher
         from memd.indexing.targets import IndexTarget
         cfg = EmbeddingConfig(*{(cfg.provider, cfg.model, cfg.base_url, cfg.api_key)!r})
         s = IndexSearcher(IndexTarget({index.uri!r}, {COLLECTION!r}), cfg)

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 from memd import lazy_face
 
 if TYPE_CHECKING:
+    from memd.indexing.query.expand import Section, expand_hit
     from memd.indexing.query.search import (
         Hit,
         IndexSearcher,
         IndexUnavailableError,
-        Section,
-        expand_hit,
         in_range,
     )
 else:

@@ -8,20 +8,19 @@ The search asks the index for its two halves over the same filter, as memsearch'
 `MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request
 and a BM25 request (`halves`), each for the best `CANDIDATES` chunks, fused and given a
 calibrated relevance by `ranking.fused_rows` (memsearch's equal-weight RRF lets the weaker
-half drag the stronger one down). Every RPC carries a deadline. Expand is memsearch's
-section rule (`extract_section`): the full markdown section a chunk belongs to. The query
+half drag the stronger one down). Every RPC carries a deadline. Expand (`expand`) is memsearch's
+section rule: the full markdown section a chunk belongs to. The query
 embedding is `query_embedding`, time filters `time_filter`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,18 +78,6 @@ class Hit:
     end_line: int
     when: datetime | None = None
     features: tuple[float, ...] = ()  # what the relevance is computed from (ranking.FEATURES)
-
-
-@dataclass(frozen=True)
-class Section:
-    """The full markdown section (heading to next heading of the same level) around a chunk."""
-
-    chunk_hash: str
-    source: str
-    heading: str
-    start_line: int
-    end_line: int
-    content: str
 
 
 # -- the searcher -----------------------------------------------------------------------------
@@ -357,64 +344,3 @@ def _hit(row: dict[str, Any]) -> Hit:
 
 
 # -- expand -----------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1024)
-def _inside(source: str, root: str) -> bool:
-    """Whether `source` resolves to a path under `root`. Remembered: recall asks it of
-    every candidate, mostly the same few files, and resolving walks every component
-    (~3 ms of a recall's CPU under load, py-spy). Only the owner can write in a client's
-    folder, so a path that resolved inside it stays there."""
-    return Path(source).resolve().is_relative_to(Path(root).resolve())
-
-
-def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None = None) -> Section:
-    """memsearch's expand: from the chunk's heading to the next heading of the same or a
-    higher level. Only files under `root` (the client's folder) are read; a caller that
-    has the file's lines already (recall reads each file once) passes them."""
-    from memsearch.io import read_utf8_text_replace
-
-    path = Path(hit.source)
-    fallback = Section(
-        hit.chunk_hash, hit.source, hit.heading, hit.start_line, hit.end_line, hit.content
-    )
-    if root is not None and not _inside(hit.source, str(root)):
-        log.warning("recall.expand_outside_root", source=hit.source, root=str(root))
-        return fallback
-    if lines is None:
-        try:
-            lines = read_utf8_text_replace(path).splitlines()
-        except OSError:
-            return fallback
-    if hit.start_line > len(lines):
-        return fallback  # the file shrank since it was indexed
-    text, start, end = extract_section(lines, hit.start_line, hit.heading_level)
-    return Section(hit.chunk_hash, hit.source, hit.heading, start, end, text)
-
-
-def extract_section(
-    lines: Sequence[str], start_line: int, heading_level: int
-) -> tuple[str, int, int]:
-    """memsearch 0.4.23's `_extract_section` (memsearch.cli), line for line: back from the
-    chunk's first line to its heading, forward to the next heading of the same or a higher
-    level. Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow,
-    gRPC), ~90 MB memd does not otherwise need; tests/test_search.py checks it against
-    memsearch's own on every kind of section, so an upgrade that changes it is caught."""
-    from memd.indexing.engine.reads import heading_pattern  # memsearch's; no pymilvus
-
-    heading = heading_pattern()
-
-    start = start_line - 1
-    end = len(lines)
-    if heading_level > 0:
-        for i in range(min(start_line, len(lines)) - 1, -1, -1):
-            m = heading.match(lines[i])
-            if m and len(m.group(1)) <= heading_level:
-                start = i
-                break
-        for i in range(start_line, len(lines)):
-            m = heading.match(lines[i])
-            if m and len(m.group(1)) <= heading_level:
-                end = i
-                break
-    return "\n".join(lines[start:end]), start + 1, end

@@ -9,9 +9,11 @@ server), an asyncio loop that ticks them, and stops that wait with a bound.
 Everything runs on one event loop thread. Spawning must happen on that long-lived thread
 (see memd.supervision.procs about PR_SET_PDEATHSIG); never call step() from asyncio.to_thread.
 
-How often `run()` ticks: every `tick` seconds while something is under way (a child
-STARTING or STOPPING, a start held back by the spawn budget: then at once, after letting
-the loop serve others), and only every `idle_tick` seconds once all is settled, woken
+How often `run()` ticks: every `start_tick` seconds while a child is STARTING (each tick
+asks its readiness check, so this bounds how late a RUNNING is seen: memd's start is a
+chain zygote -> index server -> watcher, each waiting for the previous RUNNING), every
+`tick` seconds while one is STOPPING, at once after a start held back by the spawn budget
+(after letting the loop serve others), and only every `idle_tick` seconds once all is settled, woken
 earlier by a child's exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`, or
 by the next backoff expiring. Idle, memd then looks at its 40 children once a second
 instead of four times, and a killed child is seen at once instead of at the next tick.
@@ -53,10 +55,12 @@ class Supervisor:
         prefer_wait: float = 30.0,
         spawn_budget: float | None = None,
         idle_tick: float | None = None,
+        start_tick: float | None = None,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
         self._tick = tick
+        self._start_tick = tick if start_tick is None else min(start_tick, tick)
         self._poll = poll  # how often a waiting stop() looks again
         self._children: dict[str, Child] = {}
         self._requires: dict[str, tuple[str, ...]] = {}
@@ -272,7 +276,9 @@ class Supervisor:
         if self._held_back:
             return 0.0
         states = {child.state for child in self._children.values()}
-        if states & {ProcessStates.STARTING, ProcessStates.STOPPING}:
+        if ProcessStates.STARTING in states:
+            return self._start_tick
+        if ProcessStates.STOPPING in states:
             return self._tick
         wait = self._idle_tick
         now = self._clock()

@@ -48,6 +48,9 @@ log = structlog.get_logger()
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
 IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
+# seconds between ticks while a child starts: each asks its readiness check, so this is how
+# late a RUNNING (and the next child's start behind it) can be seen
+START_TICK = 0.1
 CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
 
 
@@ -90,7 +93,10 @@ class Pipelines:
         if supervisor is None:
             self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
             supervisor = Supervisor(
-                spawner=self.spawner, spawn_budget=SPAWN_BUDGET, idle_tick=IDLE_TICK
+                spawner=self.spawner,
+                spawn_budget=SPAWN_BUDGET,
+                idle_tick=IDLE_TICK,
+                start_tick=START_TICK,
             )
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor

@@ -327,6 +327,7 @@ class Supervisor:
         """Stop every child in parallel. At 3/4 of timeout whatever is left gets SIGKILL;
         returns False if something is still alive at timeout. Ends run()."""
         self._closing = True
+        self._poke()  # run() may sleep until a far-off backoff: let it see the end now
         self._wanted.clear()
         children = list(self._children.values())
         now = self._clock()

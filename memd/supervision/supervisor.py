@@ -1,23 +1,22 @@
 """A set of named, supervised children: start order, ticking, bounded stop and shutdown.
 
 The per-child state machine is `memd.supervision.child.Child`; real OS effects are
-`memd.supervision.procs`. This
-class adds what concerns several children: which ones are wanted up, which must be
-RUNNING before another may (re)start (`requires`: the watcher waits for its index
-server), an asyncio loop that ticks them, and stops that wait with a bound.
+`memd.supervision.procs`. This class adds what concerns several children: which ones are
+wanted up, which must be RUNNING before another may (re)start (`requires`: the watcher
+waits for its index server), an asyncio loop that ticks them, and stops that wait with a
+bound.
 
 Everything runs on one event loop thread. Spawning must happen on that long-lived thread
 (see memd.supervision.procs about PR_SET_PDEATHSIG); never call step() from asyncio.to_thread.
 
 How often `run()` ticks: every `start_tick` seconds while a child is STARTING (each tick
-asks its readiness check, so this bounds how late a RUNNING is seen: memd's start is a
-chain zygote -> index server -> watcher, each waiting for the previous RUNNING), every
-`tick` seconds while one is STOPPING, at once after a start held back by the spawn budget
-(after letting the loop serve others), and only every `idle_tick` seconds once all is settled, woken
-earlier by a child's exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`, or
-by the next backoff expiring. Idle, memd then looks at its 40 children once a second
-instead of four times, and a killed child is seen at once instead of at the next tick.
-Without pidfds (other platforms) `idle_tick` is not used.
+asks its readiness check: how late a RUNNING, and the start of the next child in the chain
+zygote -> index server -> watcher, is seen), every `tick` seconds while one is STOPPING,
+at once after a start held back by the spawn budget (after letting the loop serve
+others), and every `idle_tick` seconds once all is settled, woken earlier by a child's
+exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`/`shutdown`, or by the
+next backoff expiring: a killed child is seen at once. Without pidfds `idle_tick` is
+not used.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 The per-child state machine is `memd.supervision.child.Child`; real OS effects are
 `memd.supervision.procs`. This class adds what concerns several children: which ones are
 wanted up, which must be RUNNING before another may (re)start (`requires`: the watcher
-waits for its index server), an asyncio loop that ticks them, and stops that wait with a
-bound.
+waits for its index server), an asyncio loop that ticks them, and bounded stops.
 
 Everything runs on one event loop thread. Spawning must happen on that long-lived thread
 (see memd.supervision.procs about PR_SET_PDEATHSIG); never call step() from asyncio.to_thread.

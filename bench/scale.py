@@ -17,8 +17,10 @@ real work, then measure for memd, the zygote, the index servers and the watchers
   /proc/<pid>/task/*/status) each kind uses over an idle window, and the CPU seconds it
   had used by the time all were RUNNING (start-up is CPU-bound on a busy 2-core box: this
   says how much work the wait was);
-- kill -9 of one watcher: until its replacement is RUNNING, and until an exchange recorded
-  right after the kill is found by recall.
+- kill -9 of one RUNNING watcher: until its replacement is RUNNING, and until an exchange
+  recorded right after the kill is found by recall; with --on-demand on also kill -9 of a
+  watcher still STARTING (woken from IDLE by a record, killed in its start-up scan): until
+  its replacement is RUNNING.
 - with --on-demand on (`supervision.watcher_idle_minutes`, see --idle-minutes) the
   watchers are parked once idle: the idle window is measured with them IDLE, and the
   first record after idle is timed until recall finds it (off: the same record, timed
@@ -145,7 +147,8 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
     """Seconds from kill -9 of the watcher until its replacement is RUNNING, and until an
     exchange recorded right after the kill is recallable. Each is polled in its own thread:
     a recall can take a second under load, and must not delay seeing the RUNNING."""
-    old = memd.call("daemon.status")["clients"][client]["watcher"]["pid"]
+    until(lambda: watcher(memd, client)["state"] == "RUNNING", timeout)
+    old = watcher(memd, client)["pid"]
     killed = time.monotonic()
     os.kill(old, signal.SIGKILL)
 
@@ -153,7 +156,7 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
         w = memd.call("daemon.status")["clients"][client]["watcher"]
         return w["pid"] not in (None, old) and w["state"] == "RUNNING"
 
-    def until(predicate: Any) -> float:
+    def since_kill(predicate: Any) -> float:
         while time.monotonic() - killed < timeout:
             if predicate():
                 return time.monotonic() - killed
@@ -161,7 +164,7 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
         return float("nan")
 
     with ThreadPoolExecutor(2) as pool:
-        running = pool.submit(until, replaced)
+        running = pool.submit(since_kill, replaced)
         memd.call(
             "memory.record_exchange",
             {
@@ -172,9 +175,37 @@ def kill_watcher(memd: Any, client: str, timeout: float = 120.0) -> tuple[float,
             },
         )
         found = pool.submit(
-            until, lambda: recall_finds(memd, client, "spare key boathouse", "Osprey-41")
+            since_kill, lambda: recall_finds(memd, client, "spare key boathouse", "Osprey-41")
         )
         return running.result(), found.result()
+
+
+def watcher(memd: Any, client: str) -> dict[str, Any]:
+    return memd.call("daemon.status")["clients"][client]["watcher"]
+
+
+def kill_starting_watcher(memd: Any, client: str, timeout: float = 120.0) -> float:
+    """Seconds from kill -9 of a watcher in its start-up (woken from IDLE by a record)
+    until its replacement is RUNNING; nan if it was not caught STARTING."""
+    if not until(lambda: watcher(memd, client)["state"] == "IDLE", 600) >= 0:
+        return float("nan")
+    memd.call(
+        "memory.record_exchange",
+        {"client_id": client, "conversation_id": "wake", "user": "wake up", "assistant": "ok"},
+    )
+    until(lambda: watcher(memd, client)["pid"] is not None, timeout)
+    w = watcher(memd, client)
+    if w["state"] != "STARTING":
+        return float("nan")
+    killed = time.monotonic()
+    os.kill(w["pid"], signal.SIGKILL)
+    back = until(
+        lambda: (lambda x: x["pid"] not in (None, w["pid"]) and x["state"] == "RUNNING")(
+            watcher(memd, client)
+        ),
+        timeout,
+    )
+    return back if back != back else time.monotonic() - killed
 
 
 def measure(
@@ -209,6 +240,7 @@ def measure(
         until(lambda: memd.call("daemon.status")["clients"]["c00"]["watcher"]["pid"])
         restart, recallable = kill_watcher(memd, "c00")
         time.sleep(3)  # the restart's catch-up (in memd before issue 16 item 3) has run
+        starting = kill_starting_watcher(memd, "c00") if idle_minutes else float("nan")
         after = smaps_rollup(memd.proc.pid)
         after["pymilvus"] = float(pymilvus_mapped(memd.proc.pid))
         after["model"] = float(model_mapped(memd.proc.pid))
@@ -228,6 +260,7 @@ def measure(
         "idle_minutes": idle_minutes,
         "restart_s": restart,
         "recallable_s": recallable,
+        "starting_kill_s": starting,
         "forked": forked,
         "memd_after": after,
     }
@@ -246,7 +279,8 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"  watchers on demand: {r['idle_minutes'] or 0:g} min idle "
         f"({'off' if not r['idle_minutes'] else 'on'}); first record after idle "
-        f"recallable {r['fresh_s']:.2f} s after it was recorded"
+        f"recallable {r['fresh_s']:.2f} s after it was recorded; a watcher killed while "
+        f"STARTING RUNNING again {r['starting_kill_s']:.2f} s after the kill"
     )
     print(
         f"  {'kind':<13} {'n':>3} {'RSS MB':>8} {'PSS MB':>8} {'USS MB':>8} "

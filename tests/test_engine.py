@@ -178,6 +178,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
     from milvus_lite.analyzer import factory
     from milvus_lite.engine import collection
     from milvus_lite.index.sparse_inverted import SparseInvertedIndex
+    from pymilvus.client.grpc_handler import GrpcHandler
 
     named = [
         (collection.Collection, "search"),
@@ -192,6 +193,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
         (watcher._MarkdownHandler, "on_moved"),
         (memsearch.core, "chunk_markdown"),
         (memsearch.core.MemSearch, "_index_file"),
+        (GrpcHandler, "wait_for_creating_index"),
     ]
     return {f"{id(owner)}.{name}": (owner, name) for owner, name in named}
 
@@ -212,6 +214,7 @@ def test_roles_apply_in_one_order_once_and_reset_puts_everything_back(
         "lite.analyzers",
         "memsearch.watch_events",
         "memsearch.chunking",
+        "pymilvus.index_wait",
         "memsearch.index_lock",
     )
     assert registry.roles == {engine.INDEX_SERVER, engine.WATCHER, engine.CATCH_UP}

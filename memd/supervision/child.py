@@ -22,11 +22,14 @@ The restart delay starts at backoff_start, doubles after every failure (fast or 
 backoff_cap, and goes back to backoff_start once the child has been RUNNING for
 reset_after seconds. The fast-failure count (`retries`) resets on reaching RUNNING.
 
-With `restart_at_once`, the first exit of a healthy run (after a start, a reset, or a run
-of reset_after seconds) is restarted on the next tick instead of after backoff_start; the
-exit after that waits backoff_start and the doubling goes on as above. That is at most one
-immediate restart per reset_after seconds, so it is no tight loop: a watcher killed after
-hours of work comes back in a fraction of a second, a crash-looping one still backs off.
+With `restart_at_once`, the first exit after a start, a reset, or a run of reset_after
+seconds is restarted in the same tick instead of after backoff_start, whether it came while
+RUNNING or while still STARTING (a fast failure: it still counts against startretries);
+the exit after that waits backoff_start and the doubling goes on as above. That is at most
+one immediate restart per start, reset or reset_after seconds up, so it is no tight loop: a
+watcher killed after hours of work, or killed in its start-up scan, comes back in a
+fraction of a second; a crash-looping one still backs off and still goes FATAL after the
+same number of tries.
 """
 
 from __future__ import annotations
@@ -277,14 +280,16 @@ class Child:
 
     def _fast_failure(self, now: float) -> None:
         self.retries += 1
-        self.at_once = False  # not a healthy run: re-armed after reset_after seconds up
+        # The first exit since a start, reset or healthy run is retried at once (a kill -9
+        # during the start-up scan); re-armed only by those, so a crash loop backs off.
+        at_once, self.at_once = self.at_once, False
         self.log_tail = self._spawner.log_tail(self.spec)
         self._change_state(S.BACKOFF)
         if self.retries > self.spec.startretries:
             self.next_start_at = None
             self._change_state(S.FATAL)
         else:
-            self._schedule(now)
+            self._schedule(now, at_once=at_once)
 
     def _healthy(self) -> None:  # a start, a reset, up reset_after s: the backoff is afresh
         self.delay = self.spec.backoff_start

@@ -1,21 +1,21 @@
 """A set of named, supervised children: start order, ticking, bounded stop and shutdown.
 
 The per-child state machine is `memd.supervision.child.Child`; real OS effects are
-`memd.supervision.procs`. This
-class adds what concerns several children: which ones are wanted up, which must be
-RUNNING before another may (re)start (`requires`: the watcher waits for its index
-server), an asyncio loop that ticks them, and stops that wait with a bound.
+`memd.supervision.procs`. This class adds what concerns several children: which ones are
+wanted up, which must be RUNNING before another may (re)start (`requires`: the watcher
+waits for its index server), an asyncio loop that ticks them, and bounded stops.
 
 Everything runs on one event loop thread. Spawning must happen on that long-lived thread
 (see memd.supervision.procs about PR_SET_PDEATHSIG); never call step() from asyncio.to_thread.
 
-How often `run()` ticks: every `tick` seconds while something is under way (a child
-STARTING or STOPPING, a start held back by the spawn budget: then at once, after letting
-the loop serve others), and only every `idle_tick` seconds once all is settled, woken
-earlier by a child's exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`, or
-by the next backoff expiring. Idle, memd then looks at its 40 children once a second
-instead of four times, and a killed child is seen at once instead of at the next tick.
-Without pidfds (other platforms) `idle_tick` is not used.
+How often `run()` ticks: every `start_tick` seconds while a child is STARTING (each tick
+asks its readiness check: how late a RUNNING, and the start of the next child in the chain
+zygote -> index server -> watcher, is seen), every `tick` seconds while one is STOPPING,
+at once after a start held back by the spawn budget (after letting the loop serve
+others), and every `idle_tick` seconds once all is settled, woken earlier by a child's
+exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`/`shutdown`, or by the
+next backoff expiring: a killed child is seen at once. Without pidfds `idle_tick` is
+not used.
 """
 
 from __future__ import annotations
@@ -53,10 +53,12 @@ class Supervisor:
         prefer_wait: float = 30.0,
         spawn_budget: float | None = None,
         idle_tick: float | None = None,
+        start_tick: float | None = None,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
         self._tick = tick
+        self._start_tick = tick if start_tick is None else min(start_tick, tick)
         self._poll = poll  # how often a waiting stop() looks again
         self._children: dict[str, Child] = {}
         self._requires: dict[str, tuple[str, ...]] = {}
@@ -272,7 +274,9 @@ class Supervisor:
         if self._held_back:
             return 0.0
         states = {child.state for child in self._children.values()}
-        if states & {ProcessStates.STARTING, ProcessStates.STOPPING}:
+        if ProcessStates.STARTING in states:
+            return self._start_tick
+        if ProcessStates.STOPPING in states:
             return self._tick
         wait = self._idle_tick
         now = self._clock()
@@ -321,6 +325,7 @@ class Supervisor:
         """Stop every child in parallel. At 3/4 of timeout whatever is left gets SIGKILL;
         returns False if something is still alive at timeout. Ends run()."""
         self._closing = True
+        self._poke()  # run() may sleep until a far-off backoff: let it see the end now
         self._wanted.clear()
         children = list(self._children.values())
         now = self._clock()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,10 @@ log = structlog.get_logger()
 CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
 IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
+# seconds between ticks while a child starts: each asks its readiness check, so this is how
+# late a RUNNING (and the next child's start behind it) can be seen
+START_TICK = 0.1
+CATCH_UP_WATCH = 0.1  # seconds between looks at a client's children while its catch-up runs
 CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
 
 
@@ -96,7 +100,10 @@ class Pipelines:
         if supervisor is None:
             self.spawner = ZygoteSpawner(modules=ZYGOTE_MODULES)
             supervisor = Supervisor(
-                spawner=self.spawner, spawn_budget=SPAWN_BUDGET, idle_tick=IDLE_TICK
+                spawner=self.spawner,
+                spawn_budget=SPAWN_BUDGET,
+                idle_tick=IDLE_TICK,
+                start_tick=START_TICK,
             )
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor
@@ -254,13 +261,34 @@ class Pipelines:
             return
         # In a child (forked from the zygote when it runs), not in memd: memsearch's
         # indexing would cost memd pymilvus (~90 MB) and GIL time beside recall.
-        added = await catch_up_run.run_plan(
-            pipeline.plan, pipeline.endpoint, pipeline.since, self.spawner
-        )
+        run = catch_up_run.run_plan(pipeline.plan, pipeline.endpoint, pipeline.since, self.spawner)
+        added = await self._while_up(pipeline, run)
+        if added is None:
+            log.info("pipeline.catch_up_abandoned", client=client_id)
+            return
         if self._pipelines.get(client_id) is pipeline:
             pipeline.caught_up = key
         if added:
             log.info("pipeline.caught_up", client=client_id, chunks=added)
+
+    async def _while_up(self, pipeline: _Pipeline, run: Coroutine[Any, Any, int]) -> int | None:
+        """The catch-up's chunks, or None if one of the client's children left RUNNING
+        first: then the catch-up child is killed (cancelling `run` does that). It holds the
+        client's index lock, and a restarted watcher's start-up scan waited for it (a
+        kill -9'd watcher was back after ~1.5 s instead of ~0.3 s); that scan indexes what
+        changed, and a catch-up from the same `since` follows its start."""
+        task = asyncio.ensure_future(run)
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=CATCH_UP_WATCH)
+                up = all(self.supervisor.is_ready(name) for name in pipeline.children)
+                if not task.done() and not up:
+                    return None
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)

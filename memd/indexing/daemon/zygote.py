@@ -43,6 +43,11 @@ ZYGOTE_PRELOAD = (
     # its native module starts a thread (measured, 1.32: one, parked on a futex), and the
     # zygote must have none when it forks; the embedder imports it after the fork (~40 ms).
     "tokenizers",
+    # The SDK's HTTP transport (with trio, h11, attrs: ~105 modules) is imported when the
+    # first client is built: 0.34-0.47 s of every watcher's and catch-up's start, most of
+    # a killed watcher's replacement time (issue 29). +4 MB RSS in the zygote, which its
+    # forks then share instead of each importing it.
+    "httpcore2",
 )
 
 __all__ = ["ZYGOTE_MODULES", "ZYGOTE_NAME", "ZYGOTE_PRELOAD", "start_zygote", "zygote_status"]

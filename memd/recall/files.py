@@ -48,7 +48,8 @@ class RecentFiles:
     A client with one long session file had every recall read and split it again (30 ms
     at p50 for a 4 MB transcript under load). A file is reused only when the descriptor
     recall just opened (memd.trust.open_served) shows the same device, inode, size and
-    modification time; appending, rewriting or replacing it reads it afresh. At most
+    modification time; appending, rewriting or replacing it reads it afresh (after an
+    append, only the new bytes are scanned for line breaks: `lines_of`). At most
     RECENT_FILES files and RECENT_BYTES bytes are kept.
     """
 
@@ -65,7 +66,8 @@ class RecentFiles:
                 self._files.move_to_end(path)
                 return kept[2]
         data = fh.read()
-        lines = lines_of(data)
+        same_file = kept is not None and kept[0][:2] == key[:2]
+        lines = lines_of(data, kept[2] if same_file and kept is not None else None)
         if len(data) <= RECENT_BYTES:
             with self._lock:
                 self._files[path] = (key, len(data), lines)

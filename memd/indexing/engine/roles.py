@@ -44,22 +44,28 @@ def prepare_index_server(registry: Registry = REGISTRY) -> None:
 
 def prepare_watcher(registry: Registry = REGISTRY) -> None:
     """`memsearch watch` as memd runs it: events one at a time, moves understood, memd's
-    chunking, and the client's index lock (if memd named one)."""
-    from memd.indexing.engine import chunking, watcher
+    chunking, memd's embedding provider, and the client's index lock (if memd named one)."""
+    from memd.indexing.engine import chunking, embedder_provider, watcher
 
     steps: list[Step] = [
         (watcher.GROUP, watcher.install, None),
         (chunking.GROUP, chunking.install, None),
+        (embedder_provider.GROUP, embedder_provider.install, None),
     ]
     _prepare(registry, WATCHER, steps + _index_lock_steps())
 
 
 def prepare_catch_up(registry: Registry = REGISTRY) -> None:
-    """memsearch's indexing as the watcher runs it: memd's chunking (so chunk ids agree)
-    and the client's index lock (never beside the watcher's run on the same files)."""
-    from memd.indexing.engine import chunking
+    """memsearch's indexing as the watcher runs it: memd's chunking (so chunk ids agree),
+    memd's embedding provider, and the client's index lock (never beside the watcher's run
+    on the same files)."""
+    from memd.indexing.engine import chunking, embedder_provider
 
-    _prepare(registry, CATCH_UP, [(chunking.GROUP, chunking.install, None), *_index_lock_steps()])
+    steps: list[Step] = [
+        (chunking.GROUP, chunking.install, None),
+        (embedder_provider.GROUP, embedder_provider.install, None),
+    ]
+    _prepare(registry, CATCH_UP, steps + _index_lock_steps())
 
 
 def _index_lock_steps() -> list[Step]:

@@ -191,6 +191,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
         (watcher._MarkdownHandler, "_fire"),
         (watcher._MarkdownHandler, "on_moved"),
         (memsearch.core, "chunk_markdown"),
+        (memsearch.core, "get_provider"),
         (memsearch.core.MemSearch, "_index_file"),
     ]
     return {f"{id(owner)}.{name}": (owner, name) for owner, name in named}
@@ -212,6 +213,7 @@ def test_roles_apply_in_one_order_once_and_reset_puts_everything_back(
         "lite.analyzers",
         "memsearch.watch_events",
         "memsearch.chunking",
+        "memsearch.memd_provider",
         "memsearch.index_lock",
     )
     assert registry.roles == {engine.INDEX_SERVER, engine.WATCHER, engine.CATCH_UP}

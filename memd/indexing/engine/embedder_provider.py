@@ -14,8 +14,9 @@ comes from `MEMD_EMBEDDER_SOCKET` (`settings.watcher_env`); the model name is th
 HTTP path used, so chunk ids and memd's index spec do not change (no rebuild on upgrade).
 
 An embedder that is down or restarting raises `EmbedderUnavailable` after `WAIT` seconds,
-as the relay answered 503: memsearch's watcher logs the failed file and goes on, and the
-catch-up run after the child's restart (its pid is in the catch-up key) indexes it.
+as the SDK gave up after the relay's 503s: memsearch's watcher logs the failed file and
+goes on, and the catch-up run after the child's restart (its pid is in the catch-up key)
+indexes it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.targets import EMBEDDER_SOCKET_ENV, MEMD_PROVIDER
 
 GROUP = "memsearch.memd_provider"
-WAIT = 3.0  # seconds a batch waits for a restarting embedder (as the HTTP relay did)
+# Seconds a batch waits for a restarting embedder: about what the HTTP route allowed (the
+# relay waited 3 s, then answered 503, which the SDK retried twice after ~1 s each).
+WAIT = 10.0
 DEFAULT_BATCH_SIZE = 64  # memd's batch for its bundled models (plan._memsearch_toml)
+SPLIT_AT = 16  # a batch of this many texts or more goes out in two halves at once
 
 
 class MemdEmbedding:
@@ -59,12 +63,24 @@ class MemdEmbedding:
         return self._batch_size
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """In a thread, so memsearch's event loop is not blocked by the socket call."""
+        """Batch by batch; each call in a thread, so memsearch's event loop is not blocked."""
         out: list[list[float]] = []
         for start in range(0, len(texts), self._batch_size):
-            batch = texts[start : start + self._batch_size]
-            out += await asyncio.to_thread(self._client.embed, batch, self._model)
+            out += await self._embed_batch(texts[start : start + self._batch_size])
         return out
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        """A big batch in two halves on two connections, which the embedder serves in two
+        threads (as the HTTP relay split it, `embed_server.SPLIT_AT`): a lone watcher's
+        burst uses both cores. A text's vector does not depend on its batch."""
+        if len(texts) < SPLIT_AT:
+            return await asyncio.to_thread(self._client.embed, texts, self._model)
+        half = len(texts) // 2
+        first, second = await asyncio.gather(
+            asyncio.to_thread(self._client.embed, texts[:half], self._model),
+            asyncio.to_thread(self._client.embed, texts[half:], self._model),
+        )
+        return first + second
 
 
 def provider(model: str | None, batch_size: int = 0, socket: str | None = None) -> MemdEmbedding:

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from memd.indexing.index_requests import unpack_vector
-from tests.support.faults import call, pipeline_running, recall_finds, wait_for
+from tests.support.faults import call, child_status, pipeline_running, recall_finds, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -25,6 +25,9 @@ EMBEDDER = "memd.indexing.children.embedder"
 # What only the model's process may map: onnxruntime, tokenizers, google.protobuf, numpy
 # (memd's recall splits transcripts without it: ~12 MB of memd's PSS, issue 29).
 MODEL_LIBS = ("/onnxruntime/", "/tokenizers/", "/google/_upb/", "/google/protobuf/", "/numpy/")
+# Native modules of the OpenAI SDK's stack (pydantic, its JSON parser): a process that
+# imported `openai` maps them; the SDK itself is pure Python, absent from the maps.
+SDK_LIBS = ("/pydantic_core/", "/jiter/")
 # A fact and a question sharing no content word: only the dense half finds it.
 FACT = ("I'm allergic to peanuts and shellfish.", "Noted, no peanuts or shellfish.")
 ASKED = "what foods can't I eat?"
@@ -88,6 +91,44 @@ def test_the_model_lives_in_the_embedder_and_recall_finds_a_paraphrase_through_i
     status = call(sock, "daemon.status")
     assert status["embedder"]["state"] == "RUNNING" and status["zygote"]["forked"] >= 3
     assert _zygote_threads(memd.config_path.parent / "memory") == [1]  # still forks safely
+
+
+def _sdk_libs(pid: int) -> set[str]:
+    text = Path(f"/proc/{pid}/maps").read_text(errors="replace")
+    return {lib for lib in SDK_LIBS if lib in text}
+
+
+def test_a_watcher_forked_from_the_zygote_indexes_without_the_openai_sdk(
+    config_file, daemon_factory
+) -> None:
+    """Watchers embed over the embedder's socket (memsearch's `memd` provider): neither
+    the zygote nor a watcher it forked loads the SDK, and a record becomes recallable."""
+    memd = daemon_factory(config_file(clients=CLIENTS))
+    sock = memd.socket
+    wait_for(lambda: _ready(sock), 180, 0.3, "pipeline and embedder RUNNING")
+    zygote = call(sock, "daemon.status")["zygote"]
+    assert zygote["process"]["state"] == "RUNNING"
+    # A watcher started now is forked (the first may have been spawned before the zygote
+    # was ready): kill it and let supervision fork its replacement.
+    old = child_status(sock, "ann", "watcher")["pid"]
+    os.kill(old, signal.SIGKILL)
+    wait_for(
+        lambda: (
+            child_status(sock, "ann", "watcher").get("pid") not in (None, old)
+            and pipeline_running(sock, "ann")
+        ),
+        60,
+        0.1,
+        "watcher replaced",
+    )
+    after = call(sock, "daemon.status")["zygote"]
+    assert after["forked"] > zygote["forked"] and after["plain"] == zygote["plain"]
+    watcher = child_status(sock, "ann", "watcher")["pid"]
+    _record(sock, *FACT)
+    wait_for(lambda: recall_finds(sock, "ann", ASKED, "shellfish"), 90, 0.3, "paraphrase found")
+    assert child_status(sock, "ann", "watcher")["pid"] == watcher  # it indexed the record
+    assert _sdk_libs(watcher) == set()
+    assert _sdk_libs(zygote["process"]["pid"]) == set()
 
 
 def _zygote_threads(memory_dir: Path) -> list[int]:

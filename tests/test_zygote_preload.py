@@ -1,8 +1,9 @@
 """The real zygote's preload list covers what a watcher imports when it starts (issue 29).
 
-memsearch's openai provider builds the SDK's clients at a watcher's (and a catch-up
-child's) start; what they import lazily then (the SDK's HTTP transport: ~105 modules,
-0.3-0.5 s) was imported anew in every fork, most of a killed watcher's replacement time.
+A watcher builds its embedding provider at start (memd's `memd` provider for the bundled
+models). Whatever that imports lazily is imported anew in every fork: the OpenAI SDK's
+HTTP transport once cost each watcher's start 0.3-0.5 s, most of a killed watcher's
+replacement time. The zygote must also run no thread when it forks.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from memd.indexing.daemon.zygote import ZYGOTE_PRELOAD
 for name in ZYGOTE_PRELOAD:
     importlib.import_module(name)
 before = set(sys.modules)
-import openai
-openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")
-openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")
+from memd.indexing import embedding
+from memd.indexing.engine import embedder_provider
+embedder_provider.provider(embedding.MODEL_NAME, 64, "/nonexistent/embedder.sock")
 print(json.dumps({"new": sorted(set(sys.modules) - before), "threads": threading.active_count()}))
 """
 
 
-def test_building_the_sdk_clients_imports_nothing_the_zygote_did_not_preload() -> None:
+def test_building_memds_provider_imports_nothing_the_zygote_did_not_preload() -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
     )

@@ -126,6 +126,13 @@ class OnnxModel:
 
 
 def _onnxruntime() -> Any:
+    """onnxruntime, with its telemetry off. Its Linux wheels (1.32) carry Microsoft's
+    1DS telemetry client, which on first use writes a device id and an event database
+    under `~/.cache/Microsoft/DeveloperTools/` (and would send events if it could reach
+    out); only ORT_DISABLE_TELEMETRY in the environment *before* the import stops it
+    (`disable_telemetry_events()` after the import does not). Nothing leaves the machine
+    unless configured, and memd writes nothing outside its own folders."""
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
     try:
         import onnxruntime as ort
     except ImportError:

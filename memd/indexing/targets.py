@@ -16,6 +16,10 @@ from memd.indexing import embedding
 
 DEFAULT_PROVIDER = "minilm"  # memd.indexing.embedding; "wordllama" is the other bundled one
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+# memsearch's provider for memd's bundled models, straight to the embedder child's socket
+# (memd.indexing.engine.embedder_provider), named to it in this variable.
+MEMD_PROVIDER = "memd"
+EMBEDDER_SOCKET_ENV = "MEMD_EMBEDDER_SOCKET"
 
 # memsearch's default models, so the fingerprint names the model actually used.
 MEMSEARCH_DEFAULT_MODELS = {
@@ -42,12 +46,14 @@ class IndexTarget:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What a watcher needs to reach memd's embedding server (`memd.indexing.daemon.
-    embed_server`): base URL (ending in /v1), key and model."""
+    """What a watcher needs to reach memd's bundled models: the embedder child's socket
+    (memsearch's `memd` provider), or else an OpenAI-compatible server such as
+    `memd.indexing.daemon.embed_server` (base URL ending in /v1, key); and the model."""
 
     base_url: str
     api_key: str
     model: str
+    socket: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class WatcherEmbedding:
     model: str
     base_url: str = ""
     api_key: str = field(default="", repr=False)
+    socket: str = ""  # the embedder child's, for the memd provider
 
 
 def uses_embedded_model(cfg: EmbeddingConfig) -> bool:
@@ -72,12 +79,14 @@ def effective_model(cfg: EmbeddingConfig) -> str:
 
 
 def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> WatcherEmbedding:
-    """An embedded model is reached through memd's OpenAI-compatible endpoint, which
-    serves every bundled model by name."""
+    """An embedded model is reached through the embedder child's socket (memsearch's
+    `memd` provider), or an OpenAI-compatible endpoint serving it by name (tests, tools)."""
     if uses_embedded_model(cfg):
         if endpoint is None:
             raise ValueError("the embedded model needs memd's embedding endpoint")
         model = effective_model(cfg)
+        if endpoint.socket:
+            return WatcherEmbedding(MEMD_PROVIDER, model, socket=endpoint.socket)
         return WatcherEmbedding("openai", model, endpoint.base_url, endpoint.api_key)
     base_url = cfg.base_url
     if cfg.provider == "openai" and not base_url:

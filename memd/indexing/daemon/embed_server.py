@@ -1,12 +1,13 @@
 """An OpenAI-compatible `POST /v1/embeddings` endpoint on loopback that serves memd's model.
 
-Watchers are unmodified `memsearch watch` processes. They reach the embedded default model
-through memsearch's `openai` provider pointed at this server. In the daemon the server
+The daemon no longer starts it: its watchers reach the embedder child over its socket
+(memsearch's `memd` provider, `memd.indexing.engine.embedder_provider`), without the
+OpenAI SDK. Tests and `bench/embed_latency.py` still point memsearch's `openai` provider
+at this server (an `Endpoint` without a socket). Given an `EmbedderClient`, the server
 checks the key, the limits and the request, and relays the texts to the embedder child
-(`memd.indexing.children.embedder`, through `memd.indexing.query.embedder_client`), which
-holds the only copy of the model, so watchers and recall embed with exactly the same code
-and memd loads no model (issue 29). While the embedder is down or restarting a request is
-answered 503 with `Retry-After: 1`, which the watchers' OpenAI SDK retries.
+(`memd.indexing.children.embedder`), which holds the only copy of the model. While the
+embedder is down or restarting a request is answered 503 with `Retry-After: 1`, which the
+OpenAI SDK retries.
 
 The server listens on 127.0.0.1 on a random port, and every request must carry the random
 bearer key made for this run (other local users can reach loopback ports). It runs on

@@ -1,23 +1,25 @@
-"""memd's side of the embedder child: its spec, the watchers' endpoint, recall's client.
+"""memd's side of the embedder child: its spec, the watchers' way to it, recall's client.
 
 The bundled models live in one supervised child, `_shared/embedder`
 (`memd.indexing.children.embedder`, forked from the zygote like the index servers, or
 spawned when the zygote is off), not in memd: ~80 MB of memd's PSS were onnxruntime,
 tokenizers, google.protobuf and the ORT session (issue 29). `EmbeddingService` adds the
 child when the first client that uses an embedded model starts and removes it when none
-does (an external provider, openai or ollama, never starts it), serves the watchers'
-OpenAI-compatible endpoint (`embed_server`, relaying to the child) and hands recall an
-`EmbedderClient` of its own.
+does (an external provider, openai or ollama, never starts it), names its socket to the
+watchers and catch-up children (memsearch's `memd` provider,
+`memd.indexing.engine.embedder_provider`: no OpenAI SDK in them, nor in the zygote) and
+hands recall an `EmbedderClient` of its own. memd's OpenAI-compatible endpoint
+(`embed_server`) is no longer started by the daemon; tests and tools still use it.
 
 A watcher requires the child RUNNING before it (re)starts (its initial scan embeds at
-once); a running watcher outlives the child's restart: its calls are answered 503 and
-retried by the SDK, and catch-up runs after the restart (the child's pid is part of each
-client's catch-up key in `Pipelines`), so what failed meanwhile is indexed then.
+once); a running watcher outlives the child's restart: its calls wait a few seconds for
+the child, then fail the file (logged), and catch-up runs after the restart (the child's
+pid is part of each client's catch-up key in `Pipelines`), so what failed meanwhile is
+indexed then.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import os
@@ -32,7 +34,6 @@ import structlog
 from memd.config import Config
 from memd.indexing import children
 from memd.indexing.children import index_ready
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.indexing.daemon.plan import server_env
 from memd.indexing.daemon.settings import runtime_dir
 from memd.indexing.query.embedder_client import EmbedderClient
@@ -42,7 +43,6 @@ from memd.supervision import ChildSpec, Supervisor
 log = structlog.get_logger()
 
 EMBEDDER_NAME = "_shared/embedder"  # a client id starts with a letter or digit: no clash
-RELAY_WAIT = 3.0  # seconds a watcher's call waits for a restarting embedder, then 503
 FATAL_RETRY_AFTER = 600.0  # as a client's children: embedding never stops for good
 
 
@@ -83,9 +83,6 @@ class EmbeddingService:
     def __init__(self, supervisor: Supervisor, prefers: Callable[[], tuple[str, ...]]) -> None:
         self.supervisor = supervisor
         self._prefers = prefers
-        self._server: EmbeddingServer | None = None
-        self._endpoint: Endpoint | None = None
-        self._relay: EmbedderClient | None = None
         self._query: EmbedderClient | None = None
 
     @property
@@ -99,31 +96,26 @@ class EmbeddingService:
         return self._query
 
     async def endpoint(self, config: Config) -> Endpoint | None:
-        """The watchers' endpoint, the child started first; None for an external provider."""
+        """The watchers' way to the child (its socket, for memsearch's `memd` provider),
+        the child started first; None for an external provider."""
         if not uses_embedded_model(config.embedding):
             return None
         model = effective_model(config.embedding)
         if EMBEDDER_NAME not in self.supervisor:
             self.supervisor.add(embedder_spec(config.memory_dir, model), prefers=self._prefers())
             log.info("embedder.added", model=model)
-        if self._server is None:
-            sock = socket_path(config.memory_dir)
-            self._relay = EmbedderClient(sock, wait=RELAY_WAIT)
+        sock = socket_path(config.memory_dir)
+        if self._query is None:
             self._query = EmbedderClient(sock)
-            self._server = EmbeddingServer(self._relay, model=model)
-            self._endpoint = await asyncio.to_thread(self._server.start)
-        return self._endpoint
+        return Endpoint("", "", model, socket=str(sock))
 
     async def stop(self) -> None:
-        """No client embeds with a bundled model any more: stop the child and the endpoint."""
+        """No client embeds with a bundled model any more: stop the child."""
         if EMBEDDER_NAME in self.supervisor:
             await self.supervisor.remove(EMBEDDER_NAME)
-        if self._server is not None:
-            await asyncio.to_thread(self._server.stop)
-        for client in (self._relay, self._query):
-            if client is not None:
-                client.close()
-        self._server = self._endpoint = self._relay = self._query = None
+        if self._query is not None:
+            self._query.close()
+        self._query = None
 
     def status(self) -> dict[str, Any] | None:
         """daemon.status's `embedder`: the child's status, None when it is not run."""

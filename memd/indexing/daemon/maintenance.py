@@ -92,7 +92,7 @@ def catch_up(
         milvus_uri=plan.target.uri,
         collection=plan.target.collection,
         batch_size=plan.batch_size,
-        base_url=emb.base_url,
+        base_url=emb.socket or emb.base_url,  # memsearch's memd provider takes the socket
         api_key=emb.api_key,
         token=plan.target.token,
         max_chunk_size=plan.settings.max_chunk_size,

@@ -4,8 +4,8 @@
 (`ClientPlan`, derived once from the client and the config), an index server (local mode
 only, from the `IndexServers` chosen once at start: one per client or one shared) and a
 `memsearch watch` that starts once the index server answers, plus the `IndexSearcher`
-recall uses. One embedder child holds the bundled models for every watcher (through
-memd's embedding endpoint) and recall (`memd.indexing.daemon.embedder`). A change of a
+recall uses. One embedder child holds the bundled models for every watcher (over its
+socket, memsearch's `memd` provider) and recall (`memd.indexing.daemon.embedder`). A change of a
 client's index settings (embedding provider/model, Milvus target) stops its children,
 rebuilds the index from the markdown files if the fingerprint changed, and starts them
 again; anything else leaves running children alone.
@@ -109,7 +109,7 @@ class Pipelines:
         self.supervisor = supervisor
         self._pipelines: dict[str, _Pipeline] = {}
         self._errors: dict[str, str] = {}  # clients whose pipeline could not be set up
-        # One embedder child for the watchers' endpoint and every client's queries.
+        # One embedder child for every watcher's texts and every client's queries.
         self.embedding = EmbeddingService(self.supervisor, self._prefers)
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None

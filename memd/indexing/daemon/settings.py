@@ -27,7 +27,7 @@ import structlog
 
 from memd import trust
 from memd.indexing import index_lock
-from memd.indexing.targets import IndexTarget, WatcherEmbedding
+from memd.indexing.targets import EMBEDDER_SOCKET_ENV, IndexTarget, WatcherEmbedding
 from memd.layout import ClientLayout
 from memd.sdk_env import is_sdk_variable
 
@@ -45,7 +45,7 @@ _KEY_ENV = {
 }
 # Variables that would redirect a watcher away from what memd configured: memsearch's
 # openai provider falls back to OPENAI_BASE_URL when no base URL is given.
-_STRIPPED_ENV = ("MEMSEARCH_DIR", "OPENAI_BASE_URL", "OLLAMA_HOST")
+_STRIPPED_ENV = ("MEMSEARCH_DIR", "OPENAI_BASE_URL", "OLLAMA_HOST", EMBEDDER_SOCKET_ENV)
 TOKEN_ENV = "MEMD_MILVUS_TOKEN"
 
 
@@ -171,6 +171,8 @@ def watcher_env(
         env[key_env] = emb.api_key
     elif emb.provider == "openai" and emb.base_url:
         env["OPENAI_API_KEY"] = "unused"  # the SDK refuses to start without one
+    if emb.socket:
+        env[EMBEDDER_SOCKET_ENV] = emb.socket  # memsearch's memd provider reads it
     if emb.provider == "ollama" and emb.base_url:
         env["OLLAMA_HOST"] = emb.base_url
     if target.token:

@@ -18,15 +18,17 @@ from memd.supervision import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
 # What the zygote imports first: everything a watcher and an index server import at
-# start, and what they import lazily soon after (memsearch's openai provider imports the
-# SDK on first use: ~700 modules, pydantic and its HTTP stack).
+# start, and what they import lazily soon after. Not the OpenAI SDK (~700 modules,
+# pydantic and its HTTP stack, ~30 MB PSS of the idle tree): memd's bundled models are
+# reached over the embedder's socket (memsearch's `memd` provider); a client configured
+# with a real `openai` provider imports the SDK after the fork.
 ZYGOTE_PRELOAD = (
     "memd.heap",
     "memd.logs",
+    "memd.indexing.engine.embedder_provider",
     "memsearch.cli",
     "memsearch.core",
     "memsearch.watcher",
-    "memsearch.embeddings.openai",
     "pymilvus",
     "pymilvus.grpc_gen.milvus_pb2_grpc",
     "milvus_lite.db",
@@ -34,20 +36,11 @@ ZYGOTE_PRELOAD = (
     "grpc",
     "grpc._channel",
     "grpc.experimental",
-    "openai",
-    "openai.resources.embeddings",
-    "openai.types.create_embedding_response",
-    "anyio._backends._asyncio",
     "truststore",
     # The embedder's tokenizer (importing it starts no thread). Not onnxruntime: loading
     # its native module starts a thread (measured, 1.32: one, parked on a futex), and the
     # zygote must have none when it forks; the embedder imports it after the fork (~40 ms).
     "tokenizers",
-    # The SDK's HTTP transport (with trio, h11, attrs: ~105 modules) is imported when the
-    # first client is built: 0.34-0.47 s of every watcher's and catch-up's start, most of
-    # a killed watcher's replacement time (issue 29). +4 MB RSS in the zygote, which its
-    # forks then share instead of each importing it.
-    "httpcore2",
 )
 
 __all__ = ["ZYGOTE_MODULES", "ZYGOTE_NAME", "ZYGOTE_PRELOAD", "start_zygote", "zygote_status"]

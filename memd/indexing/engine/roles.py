@@ -44,13 +44,14 @@ def prepare_index_server(registry: Registry = REGISTRY) -> None:
 
 def prepare_watcher(registry: Registry = REGISTRY) -> None:
     """`memsearch watch` as memd runs it: events one at a time, moves understood, memd's
-    chunking, no sleep before a new index is looked at, and the client's index lock (if
-    memd named one)."""
-    from memd.indexing.engine import chunking, index_wait, watcher
+    chunking, memd's embedding provider, no sleep before a new index is looked at, and the
+    client's index lock (if memd named one)."""
+    from memd.indexing.engine import chunking, embedder_provider, index_wait, watcher
 
     steps: list[Step] = [
         (watcher.GROUP, watcher.install, None),
         (chunking.GROUP, chunking.install, None),
+        (embedder_provider.GROUP, embedder_provider.install, None),
         (index_wait.GROUP, index_wait.install, None),
     ]
     _prepare(registry, WATCHER, steps + _index_lock_steps())
@@ -58,12 +59,13 @@ def prepare_watcher(registry: Registry = REGISTRY) -> None:
 
 def prepare_catch_up(registry: Registry = REGISTRY) -> None:
     """memsearch's indexing as the watcher runs it: memd's chunking (so chunk ids agree),
-    no sleep before a new index is looked at, and the client's index lock (never beside
-    the watcher's run on the same files)."""
-    from memd.indexing.engine import chunking, index_wait
+    memd's embedding provider, no sleep before a new index is looked at, and the client's
+    index lock (never beside the watcher's run on the same files)."""
+    from memd.indexing.engine import chunking, embedder_provider, index_wait
 
     steps: list[Step] = [
         (chunking.GROUP, chunking.install, None),
+        (embedder_provider.GROUP, embedder_provider.install, None),
         (index_wait.GROUP, index_wait.install, None),
     ]
     _prepare(registry, CATCH_UP, steps + _index_lock_steps())

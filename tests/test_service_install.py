@@ -210,6 +210,10 @@ def test_install_runs_the_sandboxed_daemon_and_uninstall_undoes_it(manager) -> N
         "recall to find the exchange (the watcher indexes it)",
     )
     assert found.returncode == 0
+    # The children bind their sockets inside the sandbox too (the unit's runtime folder):
+    # the zygote, the shared index server and the embedder run, nothing needs attention.
+    status = manager.run(memd, "status").stdout
+    assert "needs attention" not in status and "embedder RUNNING" in status, status
     shown = manager.run(memd, "service", "status")
     assert shown.returncode == 0 and "active   active" in shown.stdout, shown.stdout
 

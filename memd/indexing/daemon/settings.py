@@ -135,6 +135,14 @@ def index_socket_path(layout: ClientLayout) -> Path:
 
 
 def runtime_dir() -> Path:
+    """Where the children's sockets go (a Unix socket path must stay short).
+
+    Under memd's systemd unit the runtime dir is read-only but for the folder systemd
+    made for it (`RuntimeDirectory=memd`, passed as $RUNTIME_DIRECTORY): the zygote, the
+    shared index server and the embedder could not bind there and failed to start."""
+    made = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if made:
+        return Path(made)
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return Path(base) / f"memd-{os.getuid()}"
 

@@ -594,12 +594,12 @@ def still_serves(fuzzed: Fuzzed) -> None:
 def wrote_only_inside_memory_dir(fuzzed: Fuzzed) -> None:
     """Nothing new beside memory_dir, no escaped name anywhere, only memd's names inside."""
     # Nothing new outside memory_dir inside the test folder ...
-    # (the zygote's and the shared index server's control sockets sit in the runtime dir,
-    # named after memory_dir's hash)
+    # (the zygote's, the shared index server's and the embedder's sockets sit in the
+    # runtime dir, named after memory_dir's hash)
     zygote = {
         p
         for p in fuzzed.tree_outside_memory()
-        if re.fullmatch(r"xdg(/memd-\d+(/(zygote|index-shared)-[0-9a-f]{16}\.sock)?)?", p)
+        if re.fullmatch(r"xdg(/memd-\d+(/(zygote|index-shared|embedder)-[0-9a-f]{16}\.sock)?)?", p)
     }
     assert fuzzed.tree_outside_memory() - zygote <= fuzzed.outside | {
         "run",

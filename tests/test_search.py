@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import signal
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from memd.config import EmbeddingConfig
@@ -278,6 +280,15 @@ def test_missing_index_server_raises_index_unavailable(short_tmp: Path) -> None:
     s.close()
 
 
+def _until_stopped(pid: int) -> None:
+    """SIGSTOP takes effect after kill() returns: a search sent at once (its query vector
+    kept from the first search, nothing to embed) could still be answered."""
+    deadline = time.monotonic() + 10
+    while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "the index server did not stop"
+        time.sleep(0.01)
+
+
 def test_a_hung_index_times_out_and_recovers(index: Index) -> None:
     """A stopped index server fails the search it hangs, and the same searcher works again.
 
@@ -290,6 +301,7 @@ def test_a_hung_index_times_out_and_recovers(index: Index) -> None:
     try:
         assert s.search("capital of France")
         index.server.signal(signal.SIGSTOP)
+        _until_stopped(index.server.proc.pid)
         try:
             with pytest.raises(IndexUnavailableError, match=r"^index "):
                 s.search("capital of France", timeout=5.0)

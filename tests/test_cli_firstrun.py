@@ -17,6 +17,7 @@ import select
 import stat
 import struct
 import subprocess
+import sys
 import termios
 from dataclasses import fields
 from pathlib import Path
@@ -289,6 +290,15 @@ def test_progress_is_a_bar_on_a_terminal() -> None:
     os.close(master)
     assert "recompacting:" in shown and "/3 [" in shown and "%|" in shown
     assert out.getvalue() == "s0: recompacted\ns1: recompacted\ns2: recompacted\n"
+
+
+def test_the_daemon_imports_no_progress_bar() -> None:
+    """tqdm is imported where a bar is drawn, not by the CLI modules `memd run` imports
+    (~3 MB of the daemon's ~50 MB, issue 29)."""
+    probe = "import sys, memd.cli.main, memd.daemon.process; print('tqdm' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_proxy_help_shows_the_key_action_as_optional(user: User) -> None:

@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any
-
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Any
 
 from memd.cli.client import MemdClient, RemoteError
 from memd.config import socket_for
 from memd.histories import FORMATS, Conversation, History, HistoryError, open_history
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKERS = 4  # connections at once (see _run)
@@ -237,6 +238,8 @@ def _bar(history: History) -> Any:
     """tqdm over the bytes read, on a terminal only (as memd.cli.progress does)."""
     if not sys.stderr.isatty() or not history.size:
         return _NoBar()
+    from tqdm import tqdm  # here: memd's daemon imports the CLI and never draws a bar (~3 MB)
+
     return tqdm(
         total=history.size,
         unit="B",

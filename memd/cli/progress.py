@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 class Progress:
@@ -42,6 +43,8 @@ class Progress:
         stream = bar_stream or sys.stderr
         self._bar: tqdm | None = None
         if total > 0 and _is_terminal(stream):
+            from tqdm import tqdm  # here: `memd run` imports this module and never draws a bar
+
             self._bar = tqdm(
                 total=total, desc=label, file=stream, unit="", leave=False, dynamic_ncols=True
             )

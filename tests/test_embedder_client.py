@@ -24,6 +24,7 @@ from memd.indexing.query.embedder_client import EmbedderClient, EmbedderUnavaila
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import Endpoint
 from tests.support.embedding import embed
+from tests.support.hostile import needs_hostile, nobody_python
 from tests.support.index import ClientIndex, client_config
 
 
@@ -122,3 +123,36 @@ def test_recall_searches_by_keywords_while_the_embedder_is_down(tmp_path: Path) 
                 down.close()
         finally:
             index.stop()
+
+
+PEER = """
+import socket, sys
+conn = socket.socket(socket.AF_UNIX)
+try:
+    conn.connect(sys.argv[1])
+except OSError as exc:
+    print("denied", exc.errno)
+    raise SystemExit
+conn.settimeout(20)
+try:
+    conn.sendall(b'{"op": "embed", "texts": ["a secret"]}\\n')
+    print("answered" if conn.recv(65536) else "closed")
+except OSError:  # dropped before or while it wrote
+    print("closed")
+"""
+
+
+@needs_hostile
+def test_another_uid_gets_no_vector(child: Path) -> None:
+    """The socket (0600 in a 0700 folder) keeps other local users out; one that reaches it
+    anyway (the modes loosened here on purpose) is dropped unanswered (SO_PEERCRED)."""
+    assert nobody_python(PEER, str(child)).stdout.startswith("denied")
+    folder_mode, sock_mode = child.parent.stat().st_mode, child.stat().st_mode
+    child.parent.chmod(0o755)
+    child.chmod(0o777)
+    try:
+        assert nobody_python(PEER, str(child)).stdout.strip() == "closed"
+    finally:
+        child.chmod(sock_mode & 0o777)
+        child.parent.chmod(folder_mode & 0o777)
+    assert EmbedderClient(child).embed(["still serving"], embedding.MODEL_NAME)

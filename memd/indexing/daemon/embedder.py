@@ -21,8 +21,6 @@ indexed then.
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -35,7 +33,7 @@ from memd.config import Config
 from memd.indexing import children
 from memd.indexing.children import index_ready
 from memd.indexing.daemon.plan import server_env
-from memd.indexing.daemon.settings import runtime_dir
+from memd.indexing.daemon.settings import runtime_socket
 from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.targets import Endpoint, effective_model, uses_embedded_model
 from memd.supervision import ChildSpec, Supervisor
@@ -48,8 +46,7 @@ FATAL_RETRY_AFTER = 600.0  # as a client's children: embedding never stops for g
 
 def socket_path(memory_dir: Path) -> Path:
     """In the runtime dir, as the zygote's: a Unix socket path must stay short."""
-    digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
-    return runtime_dir() / f"embedder-{digest}.sock"
+    return runtime_socket("embedder", memory_dir)
 
 
 def is_embedder(argv: Sequence[str]) -> bool:
@@ -78,7 +75,7 @@ def embedder_spec(memory_dir: Path, model: str) -> ChildSpec:
 
 
 class EmbeddingService:
-    """The embedder child, the endpoint relaying to it, and recall's client of it."""
+    """The embedder child, the watchers' way to it, and recall's client of it."""
 
     def __init__(self, supervisor: Supervisor, prefers: Callable[[], tuple[str, ...]]) -> None:
         self.supervisor = supervisor

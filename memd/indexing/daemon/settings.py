@@ -130,8 +130,15 @@ def index_socket_path(layout: ClientLayout) -> Path:
     preferred = layout.state_dir / "index.sock"
     if len(os.fsencode(preferred)) <= SOCKET_PATH_MAX:
         return preferred
-    digest = hashlib.sha256(os.fsencode(layout.root.absolute())).hexdigest()[:16]
-    return runtime_dir() / f"index-{digest}.sock"
+    return runtime_socket("index", layout.root)
+
+
+def runtime_socket(kind: str, folder: Path) -> Path:
+    """`<runtime dir>/<kind>-<hash of folder>.sock`: a child's socket named after the
+    folder it serves (a client's root, or memory_dir for the memd-wide children: the
+    zygote, the shared index server, the embedder), short enough for a Unix socket."""
+    digest = hashlib.sha256(os.fsencode(folder.absolute())).hexdigest()[:16]
+    return runtime_dir() / f"{kind}-{digest}.sock"
 
 
 def runtime_dir() -> Path:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ from memd import trust
 from memd.indexing import children as programs
 from memd.indexing.children import index_ready
 from memd.indexing.daemon.plan import server_env
-from memd.indexing.daemon.settings import runtime_dir
+from memd.indexing.daemon.settings import runtime_socket
 from memd.supervision import ChildSpec, Supervisor
 from memd.supervision.states import ProcessStates
 
@@ -86,8 +85,7 @@ class SharedIndex:
     @staticmethod
     def control_path(memory_dir: Path) -> Path:
         """In the runtime dir, as the zygote's: a Unix socket path must stay short."""
-        digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
-        return runtime_dir() / f"index-shared-{digest}.sock"
+        return runtime_socket("index-shared", memory_dir)
 
     def spec(self) -> ChildSpec:
         argv = [sys.executable, "-m", SHARED_MODULE, "--manifest", str(self.manifest)]

@@ -7,13 +7,11 @@ children and the embedder from one process that imported their heavy modules onc
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 from memd.indexing.children import MODULES as ZYGOTE_MODULES
-from memd.indexing.daemon.settings import runtime_dir
+from memd.indexing.daemon.settings import runtime_socket
 from memd.supervision import Supervisor
 from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_spec
 
@@ -51,8 +49,7 @@ def start_zygote(
 ) -> None:
     """`<memory_dir>/.memd/` holds its pidfile, log and empty HOME; its socket sits
     in the runtime dir (a Unix socket path must stay short)."""
-    digest = hashlib.sha256(os.fsencode(memory_dir.absolute())).hexdigest()[:16]
-    sock = runtime_dir() / f"zygote-{digest}.sock"
+    sock = runtime_socket("zygote", memory_dir)
     if not spawner.use(sock, enabled=wanted):
         return
     state = memory_dir / ".memd"

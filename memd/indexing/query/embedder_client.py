@@ -2,8 +2,8 @@
 model)` as `memd.indexing.embedding.Embedder` has it, over the child's socket.
 
 memd loads no model (issue 29: ~80 MB of its PSS were onnxruntime, tokenizers and the ORT
-session): the watchers' endpoint (`memd.indexing.daemon.embed_server`) relays their texts
-through one of these, and recall's `QueryEmbedder` embeds its queries through another.
+session): recall's `QueryEmbedder` embeds its queries through one of these, and the
+watchers' memsearch provider (`memd.indexing.engine.embedder_provider`) their chunks.
 The transport is the index server's JSON-lines client (`index_client.LiteIndexClient`):
 kept connections, one request at a time on each, so two threads embedding at once use
 two connections and the child runs them in parallel.

@@ -4,7 +4,9 @@ forks working children afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ import pytest
 
 from memd.supervision.zygote_pageout import PageOut
 from memd.supervision.zygote_spawner import ZYGOTE_NAME
-from tests.support.processes import wait_until
+from tests.support.processes import gone, wait_until
 from tests.test_zygote import Rig
 
 pytestmark = pytest.mark.skipif(
@@ -109,3 +111,40 @@ def test_pages_go_back_after_a_fork_and_after_a_forked_child_exits() -> None:
         assert pages.done == 3
     finally:
         pages.close()
+
+
+def _switches(pid: int) -> int:
+    """Context switches of every thread of `pid` so far: each one is a wake-up."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
+def _quiet_for_a_second(pid: int) -> bool:
+    before = _switches(pid)
+    time.sleep(1.0)
+    return _switches(pid) == before
+
+
+def test_an_idle_zygote_sleeps_until_something_happens_and_still_stops(tmp_path: Path) -> None:
+    """No timer wakes an idle zygote (it looked every second: a wake-up a second of memd's
+    idle tree); a forked child's exit and a stop signal still reach it at once."""
+    rig = Rig(tmp_path, zygote_args=("--page-out-delay", "0.2"))
+    try:
+        rig.add("one")
+        rig.ready("one")
+        zygote = rig.pid(ZYGOTE_NAME)
+        # once the page-outs after the start and the fork are done, it wakes no more (with
+        # a 1 s timer no second could pass without a wake-up)
+        wait_until(lambda: _quiet_for_a_second(zygote), timeout=60)
+        paged = rig.log("zygote").count("zygote_paged_out")
+        assert asyncio.run(rig.sup.stop("one"))
+        wait_until(lambda: rig.log("zygote").count("zygote_paged_out") > paged)
+        os.kill(zygote, signal.SIGINT)
+        wait_until(lambda: gone(zygote))
+    finally:
+        rig.close()

@@ -53,10 +53,11 @@ from pathlib import Path
 from typing import Any
 
 from memd.supervision import zygote_child
-from memd.supervision.zygote_pageout import PAGE_OUT_DELAY, PageOut
+from memd.supervision.zygote_pageout import PAGE_OUT_DELAY, PageOut, pidfd
 
 MAX_MESSAGE = 1 << 20
 SPAWN_TIMEOUT = 10.0  # seconds for the intermediate to report its child
+PARENT_LOOK = 1.0  # seconds between looks at memd where no pidfd tells of its exit
 ACK_TIMEOUT = 5.0  # seconds for memd to confirm it took a child on
 
 
@@ -95,6 +96,10 @@ def preload(modules: Sequence[str], forkable: Sequence[str]) -> list[str]:
     return failed
 
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM came while the zygote waited: it stops serving."""
+
+
 def thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -117,7 +122,9 @@ class Zygote:
         self.modules = frozenset(modules)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._stop = False
+        self._waiting = False  # blocked in `_wait_readable`: a stop signal ends the wait
         self.pages = PageOut(page_out_delay)  # library pages no child maps, given back
+        self._parent_fd = pidfd(parent)  # readable once memd is gone
 
     def bind(self) -> None:
         self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -131,11 +138,7 @@ class Zygote:
             signal.signal(sig, self._on_stop)
         try:
             while not self._stop:
-                try:
-                    ready, _, _ = select.select([self.listener], [], [], 1.0)
-                except InterruptedError:
-                    continue
-                if ready:
+                if self._wait_readable(self.listener.fileno()):
                     conn, _ = self.listener.accept()
                     with conn:
                         self._serve_connection(conn)
@@ -143,16 +146,42 @@ class Zygote:
                     self._idle()
                 if os.getppid() != self.parent:
                     return  # memd is gone (PDEATHSIG should have come first)
+        except _Stopped:
+            pass
         finally:
             self.pages.close()
+            if self._parent_fd is not None:
+                os.close(self._parent_fd)
             self.listener.close()
             self.socket_path.unlink(missing_ok=True)
 
     def _on_stop(self, *_: Any) -> None:
         self._stop = True
+        if self._waiting:  # Python retries an interrupted select(): end the wait here
+            raise _Stopped
+
+    def _wait_readable(self, fd: int) -> bool:
+        """Until `fd` is readable (True) or something else wants a look (False): a forked
+        child's exit, memd's exit, the page-out's time; no timer (it looked every second:
+        1 wake-up/s of the idle tree), but every PARENT_LOOK s where pidfds are missing."""
+        others = self.pages.fds()
+        timeout = self.pages.wait()
+        if self._parent_fd is not None:
+            others.append(self._parent_fd)
+        else:
+            timeout = PARENT_LOOK if timeout is None else min(timeout, PARENT_LOOK)
+        if self._stop:
+            raise _Stopped
+        self._waiting = True
+        try:
+            ready, _, _ = select.select([fd, *others], [], [], timeout)
+        finally:
+            self._waiting = False
+        return fd in ready
 
     def _idle(self) -> None:
-        """Once a second with nothing asked: give back library pages when it is time."""
+        """Something other than a request woke the zygote: give back library pages when
+        it is time (`PageOut.tick` also notices exited children)."""
         if self.pages.tick():
             print(json.dumps({"event": "zygote_paged_out", "times": self.pages.done}), flush=True)
 
@@ -161,13 +190,13 @@ class Zygote:
             return
         conn.settimeout(1.0)
         while not self._stop:
-            try:
-                data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
-            except TimeoutError:
+            if not self._wait_readable(conn.fileno()):
                 if os.getppid() != self.parent:
                     return
                 self._idle()
                 continue
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
             except (InterruptedError, ConnectionError, OSError):
                 return
             if not data:

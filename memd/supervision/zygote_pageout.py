@@ -23,8 +23,17 @@ from memd import heap
 PAGE_OUT_DELAY = 10.0  # seconds after the last fork or a forked child's exit
 
 
+def pidfd(pid: int) -> int | None:
+    """A pidfd of `pid` (readable once it exited), None where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class PageOut:
-    """Schedules `heap.page_out_files()`; `tick()` is called about once a second."""
+    """Schedules `heap.page_out_files()`; `tick()` is called when the zygote wakes: at the
+    time `wait()` gave, or when one of `fds()` (the forked children's pidfds) is readable."""
 
     def __init__(self, delay: float = PAGE_OUT_DELAY) -> None:
         self.delay = delay
@@ -37,6 +46,14 @@ class PageOut:
         with contextlib.suppress(OSError, AttributeError):  # gone already; no pidfd_open
             self._children[pid] = os.pidfd_open(pid)
         self._schedule()
+
+    def fds(self) -> list[int]:
+        """The forked children's pidfds: readable once the child exited."""
+        return list(self._children.values())
+
+    def wait(self) -> float | None:
+        """Seconds until the next page-out is due (None: none is)."""
+        return None if self.due is None else max(self.due - time.monotonic(), 0.0)
 
     def tick(self) -> bool:
         """Notice exited children; page out if it is time. True if it paged out."""

@@ -35,11 +35,12 @@ same number of tries.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 
 import structlog
 
 from memd.supervision.childlogs import redact_argv
-from memd.supervision.spec import ChildSpec, ChildStatus, ExitInfo, Proc, Spawner
+from memd.supervision.spec import ChildSpec, ChildStatus, ExitInfo, Proc, Spawner, Transition
 from memd.supervision.states import IDLE_STATES, SIGNALLABLE_STATES, WAITING_STATES, ProcessStates
 
 log = structlog.get_logger()
@@ -90,6 +91,9 @@ class Child:
         self._next_housekeep = 0.0
         self._log = log.bind(name=spec.name)
         self.parking = False  # the STOPPING under way ends in IDLE, not STOPPED
+        # Told of every state change, synchronously on the loop thread (the supervisor's
+        # listeners): it must be cheap and must not change this child's state itself.
+        self.on_change: Callable[[Transition], None] | None = None
 
     # -- the one place a state changes --------------------------------------------------
 
@@ -101,6 +105,8 @@ class Child:
         pid = self.proc.pid if self.proc is not None else None
         level = self._log.error if new == S.FATAL else self._log.info
         level("child state", pid=pid, **{"from": old, "to": new})
+        if self.on_change is not None:
+            self.on_change(Transition(self.spec.name, old, new, pid))
 
     # -- commands -----------------------------------------------------------------------
 
@@ -152,6 +158,17 @@ class Child:
         self._fatal_at = None
         self._change_state(S.STOPPED)
         return True
+
+    def settled(self, wanted: bool) -> bool:
+        """Whether a tick has nothing to move on for it but log housekeeping and a backoff
+        (which sets its own time): RUNNING, waiting for a command (parked, stopped, FATAL
+        for good) or in backoff. A wanted child that waits to start is not: its
+        requirements, gate and preferences are looked at again every idle tick."""
+        if self.state == S.FATAL:
+            return self.spec.fatal_retry_after <= 0
+        if self.state in (S.STOPPED, S.IDLE):
+            return not wanted
+        return self.state in (S.RUNNING, *WAITING_STATES)
 
     @property
     def idle(self) -> bool:

@@ -100,6 +100,20 @@ class ExitInfo:
         return f"exit code {self.code}"
 
 
+@dataclass(frozen=True)
+class Transition:
+    """One state change of one child, as supervisord's PROCESS_STATE_* events: who, from
+    what, to what, and the process it concerns (its pid while it had one; None once a
+    stopped or failed start left none). `Supervisor.listen` hands these out, so that work
+    that follows a state (a catch-up once a watcher is RUNNING again) is started by the
+    change itself instead of a loop that looks every few seconds."""
+
+    name: str
+    old: str
+    new: str
+    pid: int | None
+
+
 class Proc(Protocol):
     """A spawned process, as the state machine sees it."""
 

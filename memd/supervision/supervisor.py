@@ -12,17 +12,21 @@ How often `run()` ticks: every `start_tick` seconds while a child is STARTING (e
 asks its readiness check: how late a RUNNING, and the start of the next child in the chain
 zygote -> index server -> watcher, is seen), every `tick` seconds while one is STOPPING,
 at once after a start held back by the spawn budget (after letting the loop serve
-others), and every `idle_tick` seconds once all is settled, woken earlier by a child's
-exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`/`shutdown`, or by the
-next backoff expiring: a killed child is seen at once. Without pidfds `idle_tick` is
-not used.
+others), every `idle_tick` seconds while a wanted child waits for a requirement, a gate or
+a preference, and every `settled_tick` seconds once all is settled (each child RUNNING,
+parked, stopped, FATAL or in backoff: only log housekeeping is left to do); woken earlier
+by a child's exit (a pidfd per child, Linux >= 5.3), by `add`/`start`/`reset`/`shutdown`,
+or by the next backoff expiring: a killed child is seen at once. Without pidfds neither
+`idle_tick` nor `settled_tick` is used.
+
+Who acts on a state change (a catch-up once a watcher is RUNNING again) registers with
+`listen` and is handed each `Transition` as it happens, as supervisord's event listeners.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -30,14 +34,14 @@ from typing import Any
 import structlog
 
 from memd.supervision.child import Child, ChildSpec, ChildStatus, ExitInfo, Spawner
+from memd.supervision.exits import HAS_PIDFD, ExitWatch
 from memd.supervision.procs import PopenSpawner, reap_leftovers
+from memd.supervision.spec import Transition
 from memd.supervision.states import WAITING_STATES, ProcessStates
 
 __all__ = ["ChildSpec", "ChildStatus", "ExitInfo", "ProcessStates", "Supervisor", "reap_leftovers"]
 
 log = structlog.get_logger()
-
-_HAS_PIDFD = hasattr(os, "pidfd_open")
 
 
 class Supervisor:
@@ -54,6 +58,7 @@ class Supervisor:
         spawn_budget: float | None = None,
         idle_tick: float | None = None,
         start_tick: float | None = None,
+        settled_tick: float | None = None,
     ) -> None:
         self._spawner: Spawner = spawner if spawner is not None else PopenSpawner()
         self._clock = clock
@@ -68,13 +73,16 @@ class Supervisor:
         self._came_up: set[str] = set()  # preferred children that have been RUNNING
         self._prefer_wait = prefer_wait
         self._spawn_budget = spawn_budget  # wall seconds of spawning per tick; None: no limit
-        self._idle_tick = idle_tick if idle_tick is not None and _HAS_PIDFD else tick
+        self._idle_tick = idle_tick if idle_tick is not None and HAS_PIDFD else tick
+        self._settled_tick = self._idle_tick
+        if settled_tick is not None and HAS_PIDFD:
+            self._settled_tick = max(settled_tick, self._idle_tick)
         self._wanted: set[str] = set()
         self._closing = False
         self._held_back = False  # the last step left a wanted start for lack of budget
         self._wake: asyncio.Event | None = None  # set by run(): exits, commands
-        self._pidfds: dict[str, tuple[int, int]] = {}  # name -> (pid, pidfd) while run()s
-        self.changed: asyncio.Event | None = None  # set on any state change (run() only)
+        self._exits = ExitWatch(self._poke)  # while run()s
+        self._listeners: list[Callable[[Transition], None]] = []
 
     # -- membership -----------------------------------------------------------------------
 
@@ -99,6 +107,7 @@ class Supervisor:
         if spec.name in self._children:
             raise ValueError(f"child {spec.name!r} already exists")
         child = Child(spec, self._spawner)
+        child.on_change = self._emit
         self._children[spec.name] = child
         self._requires[spec.name] = tuple(requires)
         self._prefers[spec.name] = tuple(prefers)
@@ -214,6 +223,19 @@ class Supervisor:
                 return False
             await asyncio.sleep(self._poll)
 
+    def listen(self, listener: Callable[[Transition], None]) -> None:
+        """Call `listener` with every state change of every child, as it happens (on the
+        loop thread, inside the step or command that made it). It must be cheap and must
+        not change a child's state itself: set an event, create a task."""
+        self._listeners.append(listener)
+
+    def _emit(self, transition: Transition) -> None:
+        for listener in self._listeners:
+            try:
+                listener(transition)
+            except Exception:  # one listener's bug must not break the state machine
+                log.exception("supervisor.listener_failed", transition=transition)
+
     # -- ticking --------------------------------------------------------------------------
 
     def step(self, now: float | None = None) -> None:
@@ -226,7 +248,6 @@ class Supervisor:
         budget = self._spawn_budget
         budget_end = time.monotonic() + budget if budget is not None else float("inf")
         self._held_back = False
-        changed = False
         for name, child in list(self._children.items()):
             wanted = (
                 name in self._wanted
@@ -235,15 +256,11 @@ class Supervisor:
             )
             may_start = wanted and time.monotonic() < budget_end
             self._held_back |= wanted and not may_start and self._would_spawn(child, now)
-            before = child.state
             if may_start and child.state in (ProcessStates.STOPPED, ProcessStates.IDLE):
                 self._guarded(child, child.start, now)
             self._guarded(child, child.step, now, can_spawn=may_start)
             if may_start and child.state == ProcessStates.IDLE:  # woken while it stopped
                 self._guarded(child, child.start, now)
-            changed |= child.state != before
-        if changed and self.changed is not None:
-            self.changed.set()
 
     @staticmethod
     def _would_spawn(child: Child, now: float) -> bool:
@@ -255,14 +272,13 @@ class Supervisor:
     async def run(self) -> None:
         """Tick until shutdown() (or cancellation): see the module docstring for when."""
         self._wake = asyncio.Event()
-        self.changed = asyncio.Event()
         try:
             while not self._closing:
                 self.step()
                 self._watch_exits()
                 await self._sleep(self._next_tick())
         finally:
-            self._unwatch_exits(set(self._pidfds))
+            self._exits.drop()
             self._wake = None
 
     def _poke(self) -> None:
@@ -278,7 +294,8 @@ class Supervisor:
             return self._start_tick
         if ProcessStates.STOPPING in states:
             return self._tick
-        wait = self._idle_tick
+        settled = all(c.settled(n in self._wanted) for n, c in self._children.items())
+        wait = self._settled_tick if settled else self._idle_tick
         now = self._clock()
         for child in self._children.values():
             due = child.next_start_at
@@ -298,28 +315,10 @@ class Supervisor:
 
     def _watch_exits(self) -> None:
         """One pidfd per live child, read by the loop: its exit wakes run() at once."""
-        if not _HAS_PIDFD or self._idle_tick <= self._tick:
-            return
-        live = {n: c.proc.pid for n, c in self._children.items() if c.proc is not None}
-        self._unwatch_exits({n for n, (pid, _) in self._pidfds.items() if live.get(n) != pid})
-        loop = asyncio.get_running_loop()
-        for name, pid in live.items():
-            if name in self._pidfds:
-                continue
-            try:
-                fd = os.pidfd_open(pid)
-            except OSError:
-                continue  # gone already (the next step reaps it) or not allowed
-            loop.add_reader(fd, self._poke)
-            self._pidfds[name] = (pid, fd)
-
-    def _unwatch_exits(self, names: set[str]) -> None:
-        for name in names:
-            _, fd = self._pidfds.pop(name)
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if HAS_PIDFD and self._settled_tick > self._tick:
+            self._exits.follow(
+                {n: c.proc.pid for n, c in self._children.items() if c.proc is not None}
+            )
 
     async def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop every child in parallel. At 3/4 of timeout whatever is left gets SIGKILL;

@@ -5,26 +5,27 @@
 only, from the `IndexServers` chosen once at start: one per client or one shared) and a
 `memsearch watch` that starts once the index server answers, plus the `IndexSearcher`
 recall uses. One embedder child holds the bundled models for every watcher (over its
-socket, memsearch's `memd` provider) and recall (`memd.indexing.daemon.embedder`). A change of a
-client's index settings (embedding provider/model, Milvus target) stops its children,
-rebuilds the index from the markdown files if the fingerprint changed, and starts them
-again; anything else leaves running children alone.
+socket, memsearch's `memd` provider) and recall (`memd.indexing.daemon.embedder`).
+Catch-ups after restarts: `memd.indexing.daemon.catch_up`. A change of a client's index
+settings (embedding provider/model, Milvus target) stops its children, rebuilds the
+index from the markdown files if the fingerprint changed, and starts them again;
+anything else leaves running children alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from memd.config import Config
-from memd.indexing.daemon import catch_up_run, leftovers, maintenance
+from memd.indexing.daemon import leftovers, maintenance
+from memd.indexing.daemon.catch_up import CATCH_UP_MARGIN, CatchUp, CatchUps
 from memd.indexing.daemon.embedder import EMBEDDER_NAME, EmbeddingService
 from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.servers import (
@@ -45,14 +46,14 @@ from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner
 
 log = structlog.get_logger()
 
-CATCH_UP_MARGIN = 5.0  # seconds of mtime slack: clocks and writes around a restart
 SPAWN_BUDGET = 0.2  # seconds a supervisor tick may spend spawning (forks block the loop)
-IDLE_TICK = 1.0  # seconds between supervisor ticks once all is settled (exits wake it)
+IDLE_TICK = 1.0  # seconds between supervisor ticks while a child waits to start
+# seconds between ticks once every child is RUNNING, parked or failed for good: exits and
+# commands wake it at once, so this only paces log housekeeping (child.HOUSEKEEP_EVERY)
+SETTLED_TICK = 10.0
 # seconds between ticks while a child starts: each asks its readiness check, so this is how
 # late a RUNNING (and the next child's start behind it) can be seen
 START_TICK = 0.1
-CATCH_UP_WATCH = 0.1  # seconds between looks at a client's children while its catch-up runs
-CATCH_UP_EVERY = 2.0  # seconds between catch-up looks when no child changed state
 
 
 @dataclass
@@ -64,10 +65,7 @@ class _Pipeline:
     served: Served | None  # its index server (None: a remote Milvus server)
     watcher: str
     searcher: IndexSearcher
-    # Catch-up bookkeeping: the (watcher pid, index pid) pair last caught up, and the
-    # time from which files must be re-checked after the next (re)start.
-    caught_up: tuple[int | None, ...] = ()
-    since: float = 0.0
+    catch_up: CatchUp = field(default_factory=CatchUp)  # `memd.indexing.daemon.catch_up`
 
     @property
     def layout(self) -> ClientLayout:
@@ -104,6 +102,7 @@ class Pipelines:
                 spawn_budget=SPAWN_BUDGET,
                 idle_tick=IDLE_TICK,
                 start_tick=START_TICK,
+                settled_tick=SETTLED_TICK,
             )
             self.spawner.zygote_ready = lambda: self.supervisor.is_ready(ZYGOTE_NAME)
         self.supervisor = supervisor
@@ -113,6 +112,9 @@ class Pipelines:
         self.embedding = EmbeddingService(self.supervisor, self._prefers)
         self._task: asyncio.Task[None] | None = None
         self._catch_up_task: asyncio.Task[None] | None = None
+        # Catch-ups, started by the supervisor's transitions of the children they need.
+        self.catch_ups = CatchUps(self.supervisor, self._pipelines, self.spawner)
+        self.supervisor.listen(self.catch_ups.on_transition)
         # A server per client until `start` reads [supervision] shared_index_server.
         self._servers: IndexServers = OwnServers(self.supervisor, self._prefers)
         self.on_demand = WatchOnDemand(self.supervisor, 0.0)  # set up by start()
@@ -139,7 +141,7 @@ class Pipelines:
         self._task = asyncio.create_task(self.supervisor.run(), name="supervisor")
         self.on_demand.idle_seconds = config.supervision.watcher_idle_minutes * 60
         self._on_demand_task = asyncio.create_task(self.on_demand.run(), name="on-demand")
-        self._catch_up_task = asyncio.create_task(self._catch_up_loop(), name="catch-up")
+        self._catch_up_task = asyncio.create_task(self.catch_ups.run(), name="catch-up")
 
     def zygote_status(self) -> dict[str, Any] | None:
         """daemon.status's `zygote`: the child's status plus how children were started."""
@@ -207,7 +209,7 @@ class Pipelines:
         pipeline = _Pipeline(
             plan, config, endpoint, _fingerprint(config), served, watcher, searcher
         )
-        pipeline.since = time.time() - CATCH_UP_MARGIN
+        pipeline.catch_up.since = time.time() - CATCH_UP_MARGIN
         self._pipelines[plan.client_id] = pipeline
         log.info("pipeline.started", client=plan.client_id, children=pipeline.children)
 
@@ -219,76 +221,6 @@ class Pipelines:
             return proc is not None and maintenance.watcher_ready(proc.pid, sessions)
 
         return ready
-
-    async def _catch_up_loop(self, interval: float = CATCH_UP_EVERY) -> None:
-        """After any (re)start of a client's children, index what they may have missed.
-
-        memsearch's watcher skips files written between its initial scan and the start of
-        its observer, and a watcher that outlived its index server lost the events of the
-        outage. A catch-up child (memd.indexing.children.catch_up_child) re-indexes the files
-        changed since
-        the last good moment with the watcher's own settings (unchanged chunks are not
-        embedded twice).
-        """
-        while True:
-            await self._state_changed(interval)
-            for client_id, pipeline in list(self._pipelines.items()):
-                try:
-                    await self._catch_up(client_id, pipeline)
-                except Exception:
-                    log.exception("pipeline.catch_up_failed", client=client_id)
-
-    async def _state_changed(self, timeout: float) -> None:
-        """Until a child changed state (a restart to catch up after), or `timeout`."""
-        changed = self.supervisor.changed
-        if changed is None:  # the supervisor's loop has not begun
-            await asyncio.sleep(min(timeout, 0.1))
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
-        changed.clear()
-
-    async def _catch_up(self, client_id: str, pipeline: _Pipeline) -> None:
-        pids: list[int | None] = []
-        for name in pipeline.needs:
-            if not self.supervisor.is_ready(name):
-                return  # not all up: wait; `since` still marks the last good moment
-            proc = self.supervisor.child(name).proc
-            pids.append(proc.pid if proc is not None else None)
-        key = tuple(pids)
-        if key == pipeline.caught_up:
-            pipeline.since = time.time() - CATCH_UP_MARGIN
-            return
-        # In a child (forked from the zygote when it runs), not in memd: memsearch's
-        # indexing would cost memd pymilvus (~90 MB) and GIL time beside recall.
-        run = catch_up_run.run_plan(pipeline.plan, pipeline.endpoint, pipeline.since, self.spawner)
-        added = await self._while_up(pipeline, run)
-        if added is None:
-            log.info("pipeline.catch_up_abandoned", client=client_id)
-            return
-        if self._pipelines.get(client_id) is pipeline:
-            pipeline.caught_up = key
-        if added:
-            log.info("pipeline.caught_up", client=client_id, chunks=added)
-
-    async def _while_up(self, pipeline: _Pipeline, run: Coroutine[Any, Any, int]) -> int | None:
-        """The catch-up's chunks, or None if one of the client's children left RUNNING
-        first: then the catch-up child is killed (cancelling `run` does that). It holds the
-        client's index lock, and a restarted watcher's start-up scan waited for it (a
-        kill -9'd watcher was back after ~1.5 s instead of ~0.3 s); that scan indexes what
-        changed, and a catch-up from the same `since` follows its start."""
-        task = asyncio.ensure_future(run)
-        try:
-            while not task.done():
-                await asyncio.wait({task}, timeout=CATCH_UP_WATCH)
-                up = all(self.supervisor.is_ready(name) for name in pipeline.children)
-                if not task.done() and not up:
-                    return None
-            return task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
 
     async def _stop(self, client_id: str) -> None:
         pipeline = self._pipelines.pop(client_id)

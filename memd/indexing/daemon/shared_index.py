@@ -38,13 +38,13 @@ from memd.indexing.children import index_ready
 from memd.indexing.daemon.plan import server_env
 from memd.indexing.daemon.settings import runtime_socket
 from memd.supervision import ChildSpec, Supervisor
+from memd.supervision.spec import Transition
 from memd.supervision.states import ProcessStates
 
 log = structlog.get_logger()
 
 SHARED_NAME = "_shared/index"  # a client id starts with a letter or digit: no clash
 SHARED_MODULE = programs.SHARED_INDEX_SERVER
-WATCH_EVERY = 1.0  # seconds between looks at the child (a restart to sync, FATAL)
 SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
 WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it
 RETRY_FAILED_AFTER = 600.0  # a client that could not open is tried again (as FATAL children)
@@ -81,6 +81,9 @@ class SharedIndex:
         # sync answer: status shows them FATAL, as a per-client server that cannot start.
         self.client_errors: dict[str, str] = {}
         self._retry_at: float | None = None  # when those are tried again
+        # Set when the child reaches RUNNING or FATAL (or a retry is asked): `_watch` looks.
+        self._look = asyncio.Event()
+        supervisor.listen(self._on_transition)
 
     @staticmethod
     def control_path(memory_dir: Path) -> Path:
@@ -154,6 +157,7 @@ class SharedIndex:
         self.client_errors = {str(cid): str(error) for cid, error in failed.items()}
         loop = asyncio.get_running_loop()
         self._retry_at = loop.time() + RETRY_FAILED_AFTER if failed else None
+        self._look.set()  # `_watch` waits for the new retry time
         for client_id, error in failed.items():
             log.error("index.shared_client_failed", client=client_id, error=error)
         return answer
@@ -163,6 +167,7 @@ class SharedIndex:
         if client_id not in self.client_errors:
             return False
         self._retry_at = 0.0
+        self._look.set()
         return True
 
     @staticmethod
@@ -204,11 +209,27 @@ class SharedIndex:
             raise
         trust.fsync_dir(self._state)
 
+    def _on_transition(self, change: Transition) -> None:
+        if change.name == SHARED_NAME and change.new in (
+            ProcessStates.RUNNING,
+            ProcessStates.FATAL,
+        ):
+            self._look.set()
+
+    def _until_retry(self) -> float | None:
+        """Seconds until the clients that failed to open are tried again (None: none)."""
+        if self._retry_at is None:
+            return None
+        return max(self._retry_at - asyncio.get_running_loop().time(), 0.0)
+
     async def _watch(self) -> None:
         """Sync each new process once it runs (it may have read an older manifest), and
-        fall back once if the child goes FATAL."""
+        fall back once if the child goes FATAL. Woken by those transitions and by the
+        retry time of clients that failed to open, not by a timer."""
         while not self.failed:
-            await asyncio.sleep(WATCH_EVERY)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._look.wait(), self._until_retry())
+            self._look.clear()
             if SHARED_NAME not in self.supervisor:
                 continue
             child = self.supervisor.child(SHARED_NAME)

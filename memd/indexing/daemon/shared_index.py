@@ -163,7 +163,7 @@ class SharedIndex:
         return answer
 
     def retry(self, client_id: str) -> bool:
-        """`clients.reset`: try a client that could not open again at the next look."""
+        """`clients.reset`: try a client that could not open again, at once."""
         if client_id not in self.client_errors:
             return False
         self._retry_at = 0.0

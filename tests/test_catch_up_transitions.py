@@ -5,7 +5,8 @@ to RUNNING of a child the pipeline needs starts the catch-up: after a kill -9 of
 watcher, of the embedder (its pid is part of what a catch-up is keyed on) and of the
 shared index server, a catch-up child runs once the replacement is RUNNING (a child
 is spawned only when a session file changed since the last good moment: each kill is
-followed by a record), and what was recorded meanwhile is found. Real daemon, real memsearch, real Milvus Lite.
+followed by a record), and what was recorded meanwhile is found. Real daemon, real
+memsearch, real Milvus Lite.
 """
 
 from __future__ import annotations

@@ -1,0 +1,214 @@
+"""pandas as pymilvus sees it in memd: a stand-in that imports the real pandas on first use.
+
+pymilvus 3.0.2 imports pandas at module level (`pymilvus/orm/{schema,types,prepare,
+collection,partition}.py`: `import pandas as pd`, `from pandas.api.types import ...`),
+and `import pymilvus` imports `orm`. It uses pandas only when handed a DataFrame (insert,
+upsert, `construct_from_dataframe`) or in five type helpers of its ORM and expression
+templates; memd does neither. Measured (docs/performance.md, "What the imports cost"):
+pandas adds 49 MB RSS, 32 MB of Python objects and 400 modules to the zygote.
+
+`importlib.util.LazyLoader` cannot defer it (Python 3.11): its module loads on the first
+attribute read of any kind, and the import system reads `__spec__` of a module it finds in
+`sys.modules`, so pymilvus's own `import pandas as pd` loads it (measured: pandas' native
+modules are in right after it); `from pandas.api.types import x` reads `__path__` and `x`.
+
+So `install()` has pymilvus imported with stand-ins for `pandas`, `pandas.api` and
+`pandas.api.types` in `sys.modules` (a finder wraps the import of `pymilvus` only), and
+takes them out again once it is imported. pymilvus keeps the stand-ins:
+
+- `pd.DataFrame` is a class no object is an instance of while the real pandas is not
+  imported (no DataFrame exists before it is), and the real class once it is, so
+  pymilvus's `isinstance(data, pd.DataFrame)` and its annotations never import it;
+- the type helpers it imports by name (`is_list_like`, `is_scalar`, `infer_dtype`,
+  `is_array_like`, `is_float`) import the real pandas when called;
+- any other name read from a stand-in imports the real pandas and is its.
+
+Everyone else imports the real pandas as usual: the stand-ins are not in `sys.modules`
+once pymilvus is imported. pyarrow (Milvus Lite's, pymilvus's) would import it itself the
+first time `pa.array` gets a list; `keep_out_of_pyarrow()`, called by the engine's roles,
+has pyarrow make that one try while pandas cannot be imported, and a stand-in that loads
+the real pandas tells pyarrow again. Left alone: pyarrow's C++ conversions look at
+`sys.modules` and use pandas only if it is there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+STANDIN_NAMES = ("pandas", "pandas.api", "pandas.api.types")
+# What pymilvus imports by name from pandas.api.types (pymilvus/orm/{types,schema}.py).
+TYPE_HELPERS = ("infer_dtype", "is_array_like", "is_float", "is_list_like", "is_scalar")
+# Dunders that mean a use (a version check, a star import); others are probes
+# (`inspect.getmodule` reads every module's `__file__`) and must not import pandas.
+USE_DUNDERS = frozenset({"__version__", "__all__"})
+
+_lock = threading.RLock()
+
+
+def real_pandas() -> types.ModuleType | None:
+    """The real pandas if someone imported it, else None."""
+    module = sys.modules.get("pandas")
+    return None if module is None or isinstance(module, StandIn) else module
+
+
+class DataFrame:
+    """pandas.DataFrame while pandas is not imported: nothing is an instance of it, and
+    calling it makes a real DataFrame."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return load().DataFrame(*args, **kwargs)
+
+
+class StandIn(types.ModuleType):
+    """A pandas module as pymilvus holds it: each name read is the real module's."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name not in USE_DUNDERS and real_pandas() is None:
+            raise AttributeError(name)
+        if name == "DataFrame" and self.__name__ == "pandas" and real_pandas() is None:
+            return DataFrame
+        return getattr(load(self.__name__), name)
+
+
+def _helper(name: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(load("pandas.api.types"), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"pandas.api.types.{name}, imported on first call (memd's stand-in)."
+    return call
+
+
+def standins() -> dict[str, StandIn]:
+    """A fresh set of stand-ins, the type helpers set on `pandas.api.types`'s."""
+    out = {name: StandIn(name, f"memd's stand-in for {name}") for name in STANDIN_NAMES}
+    for helper in TYPE_HELPERS:
+        setattr(out["pandas.api.types"], helper, _helper(helper))
+    return out
+
+
+@contextmanager
+def in_sys_modules() -> Iterator[None]:
+    """The stand-ins are what `import pandas` gives, inside; unless pandas is imported."""
+    with _lock:
+        if "pandas" in sys.modules:
+            yield
+            return
+        added = standins()
+        sys.modules.update(added)
+        try:
+            yield
+        finally:
+            for name, module in added.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+
+
+def load(name: str = "pandas") -> Any:
+    """The real pandas module `name`, imported now if it is not yet."""
+    with _lock:
+        first = real_pandas() is None
+        module = importlib.import_module(name)
+        if first:
+            _tell_pyarrow()
+        return module
+
+
+class PymilvusWithStandIns(importlib.abc.MetaPathFinder):
+    """Finds `pymilvus` as the path finder does, and has it run with the stand-ins."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "pymilvus":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _WithStandIns(spec.loader)
+        return spec
+
+
+class _WithStandIns(importlib.abc.Loader):
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        module: types.ModuleType | None = self.loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__loader__ = self.loader  # pymilvus looks as the path finder loads it
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        with in_sys_modules():
+            self.loader.exec_module(module)
+
+
+FINDER = PymilvusWithStandIns()
+
+
+def install() -> bool:
+    """pymilvus, when it is imported, gets the stand-ins; False if it is imported already
+    (with whatever pandas it found) or pandas is not installed."""
+    with _lock:
+        if FINDER in sys.meta_path:
+            return True
+        if "pymilvus" in sys.modules or importlib.machinery.PathFinder.find_spec("pandas") is None:
+            return False
+        sys.meta_path.insert(0, FINDER)
+        return True
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "pandas":
+            raise ModuleNotFoundError("pandas is kept out of pyarrow", name=fullname)
+        return None
+
+
+_NO_PANDAS = _NoPandas()
+_pyarrow_told_no = False
+
+
+def keep_out_of_pyarrow() -> None:
+    """Have pyarrow make its two tries at pandas now, while `import pandas` fails.
+
+    Each is made once per process: its Python shim's (`pa.array` of a list asks whether
+    the list is a pandas object) and its C++ conversion's (it keeps pandas' NA, NaT,
+    Timestamp, Timedelta and DateOffset to recognise them in lists). Measured: the shared
+    index server imported pandas through them on its first write. After this call pyarrow
+    works as with no pandas installed; when the real pandas is imported later, the shim
+    is told (`load`), the C++ side is not: pandas' scalars inside Python lists are then
+    converted as plain objects (no memd process makes any).
+    """
+    global _pyarrow_told_no
+    with _lock:
+        if _pyarrow_told_no or "pandas" in sys.modules:
+            return
+        import pyarrow
+
+        sys.meta_path.insert(0, _NO_PANDAS)
+        try:
+            pyarrow.array([0])  # the C++ conversion's try, and the shim's
+            pyarrow.lib._pandas_api.have_pandas  # noqa: B018  # the shim's, if not made
+        finally:
+            sys.meta_path.remove(_NO_PANDAS)
+        _pyarrow_told_no = True
+
+
+def _tell_pyarrow() -> None:
+    """pyarrow was told there is no pandas: its pandas-only calls retry the import (not
+    under its lock, which its first try holds), and reading `pd` is one."""
+    if _pyarrow_told_no:
+        sys.modules["pyarrow.lib"]._pandas_api.pd  # noqa: B018

@@ -114,46 +114,51 @@ def in_sys_modules() -> Iterator[None]:
 
 def load(name: str = "pandas") -> Any:
     """The real pandas module `name`, imported now if it is not yet."""
-    with _lock:
-        first = real_pandas() is None
-        module = importlib.import_module(name)
-        if first:
-            _tell_pyarrow()
-        return module
+    return importlib.import_module(name)
 
 
-class PymilvusWithStandIns(importlib.abc.MetaPathFinder):
-    """Finds `pymilvus` as the path finder does, and has it run with the stand-ins."""
+class OnImport(importlib.abc.MetaPathFinder):
+    """The next import of one top-level module, found as the path finder finds it, run
+    through `run(execute)`; the module's loader is the path finder's as usual."""
+
+    def __init__(self, name: str, run: Callable[[Callable[[], None]], None]) -> None:
+        self.name, self.run = name, run
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "pymilvus":
+        if fullname != self.name:
             return None
+        with _lock:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)  # once
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _WithStandIns(spec.loader)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Through(spec.loader, self.run)
         return spec
 
 
-class _WithStandIns(importlib.abc.Loader):
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
+class _Through(importlib.abc.Loader):
+    def __init__(self, loader: Any, run: Callable[[Callable[[], None]], None]) -> None:
+        self.loader, self.run = loader, run
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         module: types.ModuleType | None = self.loader.create_module(spec)
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        module.__loader__ = self.loader  # pymilvus looks as the path finder loads it
+        module.__loader__ = self.loader
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
-        with in_sys_modules():
-            self.loader.exec_module(module)
+        self.run(lambda: self.loader.exec_module(module))
 
 
-FINDER = PymilvusWithStandIns()
+def _with_standins(execute: Callable[[], None]) -> None:
+    with in_sys_modules():
+        execute()
+
+
+FINDER = OnImport("pymilvus", _with_standins)
 
 
 def install() -> bool:
@@ -177,7 +182,15 @@ class _NoPandas(importlib.abc.MetaPathFinder):
         return None
 
 
+def _then_tell_pyarrow(execute: Callable[[], None]) -> None:
+    """pandas' import, then pyarrow's shim told: its pandas-only calls retry the import
+    (outside the lock its first try holds), and reading `pd` is one."""
+    execute()
+    sys.modules["pyarrow.lib"]._pandas_api.pd  # noqa: B018
+
+
 _NO_PANDAS = _NoPandas()
+_PANDAS_IMPORT = OnImport("pandas", _then_tell_pyarrow)
 _pyarrow_told_no = False
 
 
@@ -188,8 +201,8 @@ def keep_out_of_pyarrow() -> None:
     the list is a pandas object) and its C++ conversion's (it keeps pandas' NA, NaT,
     Timestamp, Timedelta and DateOffset to recognise them in lists). Measured: the shared
     index server imported pandas through them on its first write. After this call pyarrow
-    works as with no pandas installed; when the real pandas is imported later, the shim
-    is told (`load`), the C++ side is not: pandas' scalars inside Python lists are then
+    works as with no pandas installed; when the real pandas is imported later (by anyone),
+    the shim is told, the C++ side is not: pandas' scalars inside Python lists are then
     converted as plain objects (no memd process makes any).
     """
     global _pyarrow_told_no
@@ -204,11 +217,5 @@ def keep_out_of_pyarrow() -> None:
             pyarrow.lib._pandas_api.have_pandas  # noqa: B018  # the shim's, if not made
         finally:
             sys.meta_path.remove(_NO_PANDAS)
+        sys.meta_path.insert(0, _PANDAS_IMPORT)
         _pyarrow_told_no = True
-
-
-def _tell_pyarrow() -> None:
-    """pyarrow was told there is no pandas: its pandas-only calls retry the import (not
-    under its lock, which its first try holds), and reading `pd` is one."""
-    if _pyarrow_told_no:
-        sys.modules["pyarrow.lib"]._pandas_api.pd  # noqa: B018

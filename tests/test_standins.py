@@ -1,5 +1,5 @@
-"""The pandas stand-in pymilvus gets (memd.indexing.engine.pandas_standin): pandas stays
-unimported until something uses it, and then the real one works for everyone. Each case
+"""The stand-ins pymilvus gets for pandas and requests (memd.indexing.engine.standins):
+neither is imported until something uses it, and then the real one works for everyone. Each case
 runs in a fresh interpreter (the stand-in is process-wide, and pytest may import pandas)."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def test_pyarrow_is_kept_from_importing_pandas_and_works_with_it_later() -> None
     run(
         """
         import pyarrow as pa
-        from memd.indexing.engine import pandas_standin
-        pandas_standin.keep_out_of_pyarrow()
+        from memd.indexing.engine import standins
+        standins.keep_out_of_pyarrow()
         assert pa.array([1, None]).null_count == 1 and pa.array(["a"]).type == pa.string()
         assert pa.table({"a": [1.5]}).num_rows == 1 and not pandas_imported()
         import pandas as pd
@@ -97,3 +97,17 @@ def test_pymilvus_imported_before_the_stand_in_keeps_the_real_pandas() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_requests_is_imported_when_pymilvus_uses_it_and_is_the_real_one_after() -> None:
+    run(
+        """
+        import memsearch.cli, milvus_lite.db  # the zygote's other imports
+        assert "requests" not in sys.modules and "urllib3" not in sys.modules
+        from pymilvus.client import global_topology
+        assert issubclass(global_topology.requests.exceptions.RequestException, OSError)
+        import requests
+        assert hasattr(requests, "__file__") and global_topology.requests.get is requests.get
+        assert not pandas_imported()
+        """
+    )

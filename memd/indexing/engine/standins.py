@@ -1,4 +1,5 @@
-"""pandas as pymilvus sees it in memd: a stand-in that imports the real pandas on first use.
+"""pandas and requests as pymilvus sees them in memd: stand-ins that import the real
+module on first use.
 
 pymilvus 3.0.2 imports pandas at module level (`pymilvus/orm/{schema,types,prepare,
 collection,partition}.py`: `import pandas as pd`, `from pandas.api.types import ...`),
@@ -7,7 +8,13 @@ upsert, `construct_from_dataframe`) or in five type helpers of its ORM and expre
 templates; memd does neither. Measured (docs/performance.md, "What the imports cost"):
 pandas adds 49 MB RSS, 32 MB of Python objects and 400 modules to the zygote.
 
-`importlib.util.LazyLoader` cannot defer it (Python 3.11): its module loads on the first
+pymilvus also imports requests at module level (`pymilvus/client/global_topology.py`,
+for a Zilliz Cloud cluster's topology; measured: +7.4 MB RSS, 5.6 MB of Python objects,
+155 modules with urllib3, charset_normalizer, idna): its stand-in is a plain one (any
+name read imports the real requests; pymilvus reads them only to fetch a topology, or in
+an `except` clause once something raised).
+
+`importlib.util.LazyLoader` cannot defer them (Python 3.11): its module loads on the first
 attribute read of any kind, and the import system reads `__spec__` of a module it finds in
 `sys.modules`, so pymilvus's own `import pandas as pd` loads it (measured: pandas' native
 modules are in right after it); `from pandas.api.types import x` reads `__path__` and `x`.
@@ -43,19 +50,19 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-STANDIN_NAMES = ("pandas", "pandas.api", "pandas.api.types")
+STANDIN_NAMES = ("pandas", "pandas.api", "pandas.api.types", "requests")
 # What pymilvus imports by name from pandas.api.types (pymilvus/orm/{types,schema}.py).
 TYPE_HELPERS = ("infer_dtype", "is_array_like", "is_float", "is_list_like", "is_scalar")
 # Dunders that mean a use (a version check, a star import); others are probes
-# (`inspect.getmodule` reads every module's `__file__`) and must not import pandas.
+# (`inspect.getmodule` reads every module's `__file__`) and must not import anything.
 USE_DUNDERS = frozenset({"__version__", "__all__"})
 
 _lock = threading.RLock()
 
 
-def real_pandas() -> types.ModuleType | None:
-    """The real pandas if someone imported it, else None."""
-    module = sys.modules.get("pandas")
+def real(name: str = "pandas") -> types.ModuleType | None:
+    """The real top-level package of `name` if someone imported it, else None."""
+    module = sys.modules.get(name.partition(".")[0])
     return None if module is None or isinstance(module, StandIn) else module
 
 
@@ -68,12 +75,13 @@ class DataFrame:
 
 
 class StandIn(types.ModuleType):
-    """A pandas module as pymilvus holds it: each name read is the real module's."""
+    """A module as pymilvus holds it: each name read is the real module's."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name not in USE_DUNDERS and real_pandas() is None:
+        imported = real(self.__name__) is not None
+        if name.startswith("__") and name not in USE_DUNDERS and not imported:
             raise AttributeError(name)
-        if name == "DataFrame" and self.__name__ == "pandas" and real_pandas() is None:
+        if name == "DataFrame" and self.__name__ == "pandas" and not imported:
             return DataFrame
         return getattr(load(self.__name__), name)
 
@@ -97,12 +105,10 @@ def standins() -> dict[str, StandIn]:
 
 @contextmanager
 def in_sys_modules() -> Iterator[None]:
-    """The stand-ins are what `import pandas` gives, inside; unless pandas is imported."""
+    """Inside, the stand-ins are what `import pandas` (`requests`) gives, unless the
+    real one is imported already."""
     with _lock:
-        if "pandas" in sys.modules:
-            yield
-            return
-        added = standins()
+        added = {k: v for k, v in standins().items() if k.partition(".")[0] not in sys.modules}
         sys.modules.update(added)
         try:
             yield
@@ -113,7 +119,7 @@ def in_sys_modules() -> Iterator[None]:
 
 
 def load(name: str = "pandas") -> Any:
-    """The real pandas module `name`, imported now if it is not yet."""
+    """The real module `name`, imported now if it is not yet."""
     return importlib.import_module(name)
 
 

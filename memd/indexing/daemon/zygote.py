@@ -21,6 +21,8 @@ from memd.supervision.zygote_spawner import ZYGOTE_NAME, ZygoteSpawner, zygote_s
 # reached over the embedder's socket (memsearch's `memd` provider); a client configured
 # with a real `openai` provider imports the SDK after the fork.
 ZYGOTE_PRELOAD = (
+    # First: memd.indexing has pymilvus get a pandas that loads on first use (~30 MB).
+    "memd.indexing",
     "memd.heap",
     "memd.logs",
     "memd.indexing.engine.embedder_provider",

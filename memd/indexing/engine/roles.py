@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
+from memd.indexing.engine import standins
 from memd.indexing.engine.pins import check_versions
 from memd.indexing.engine.registry import REGISTRY, Registry
 from memd.indexing.index_lock import ENV as INDEX_LOCK_ENV
@@ -83,6 +84,7 @@ def _prepare(registry: Registry, role: str, steps: list[Step]) -> None:
     then the self-check. EngineMismatch or PatchError on failure."""
     if role not in registry.roles:
         check_versions()
+        standins.keep_out_of_pyarrow()
     for group, install, key in steps:
         registry.apply(group, install, key)
     registry.self_check()

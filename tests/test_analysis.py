@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +87,60 @@ def test_terms_stem_and_drop_stop_words() -> None:
         "run",
         "marathon",
     ]
+
+
+STEM_WORDS = [
+    "running",
+    "generously",
+    "happiness",
+    "agreed",
+    "caresses",
+    "ponies",
+    "relational",
+    "conditional",
+    "skies",
+    "dying",
+    "news",
+    "proceeding",
+    "succeeded",
+    "exceedingly",
+    "gently",
+    "knightly",
+    "marathons",
+]
+
+
+@pytest.mark.parametrize("language", ["english", "porter", "dutch_porter", "german"])
+def test_a_stemmer_loaded_alone_stems_as_snowballstemmers_own(language: str) -> None:
+    """The stemmer memd loads without the package's 30-odd languages (issue 29) is
+    Snowball's: the same stems as `snowballstemmer.stemmer(language)` gives."""
+    import snowballstemmer
+
+    ours, theirs = analysis.stemmer(language), snowballstemmer.stemmer(language)
+    assert type(ours).__name__ == type(theirs).__name__
+    assert [ours.stemWord(w) for w in STEM_WORDS] == [theirs.stemWord(w) for w in STEM_WORDS]
+
+
+def test_stemming_english_loads_no_other_language() -> None:
+    """In a fresh interpreter, recall's analysis imports neither snowballstemmer's package
+    (its __init__ imports every language, 2.1 MB) nor another language's module; an
+    unknown language still fails as snowballstemmer's own stemmer() fails."""
+    probe = (
+        "import sys\n"
+        "from memd.indexing import analysis\n"
+        "print(analysis.terms('the running Marathons'))\n"
+        "print(sorted(m for m in sys.modules if 'snowball' in m))\n"
+        "try:\n    analysis.stemmer('klingon')\nexcept KeyError:\n    print('KeyError')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    terms, modules, unknown = done.stdout.splitlines()
+    assert terms == "['run', 'marathon']"
+    alone = "_memd_snowballstemmer"
+    assert modules == str(
+        sorted([alone, *(f"{alone}.{m}" for m in ("among", "basestemmer", "english_stemmer"))])
+    )
+    assert unknown == "KeyError"
 
 
 @pytest.mark.slow

@@ -227,7 +227,8 @@ def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> N
     """Recall of a local index in a fresh interpreter, the query embedded in-process
     (the default bundled model) or by memsearch's openai provider over HTTP (to memd's own embedding
     endpoint: same model, so the index matches): pymilvus, and so pandas, pyarrow and
-    gRPC, is never imported."""
+    gRPC, is never imported; nor memsearch (but for its provider) or snowballstemmer's
+    other languages."""
     server = EmbeddingServer()
     endpoint = server.start()
     cfg = (
@@ -251,6 +252,7 @@ def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> N
         s.close()
         heavy = sorted(m for m in ("pymilvus", "grpc", "pandas", "pyarrow") if m in sys.modules)
         print("HEAVY", heavy, "openai" in sys.modules)
+        print("LIGHT", sorted(m for m in ("memsearch", "snowballstemmer") if m in sys.modules))
         """
     )
     try:
@@ -261,3 +263,7 @@ def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> N
         server.stop()
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"HEAVY [] {provider == 'openai'}" in out.stdout, out.stdout + out.stderr
+    # Nor memsearch (its __init__ imports its core) but for its openai provider, nor every
+    # language of snowballstemmer: recall stems English only (issue 29, ~3.6 MB of memd).
+    light = "['memsearch']" if provider == "openai" else "[]"
+    assert f"LIGHT {light}" in out.stdout, out.stdout + out.stderr

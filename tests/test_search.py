@@ -370,6 +370,16 @@ def test_time_filter_at_the_end_of_time_does_not_overflow() -> None:
     assert time_filter_expr(datetime(2026, 1, 1), end) == 'heading >= "2026-01-01 00:00:00 UTC"'
 
 
+def test_heading_rule_is_memsearchs() -> None:
+    """Recall's copy of the chunker's heading rule (importing `memsearch.chunker` runs
+    memsearch's __init__: issue 29) is memsearch's own, pattern and flags."""
+    from memsearch.chunker import _HEADING_RE
+
+    from memd.indexing.query.expand import HEADING_RE
+
+    assert (HEADING_RE.pattern, HEADING_RE.flags) == (_HEADING_RE.pattern, _HEADING_RE.flags)
+
+
 def test_extract_section_is_memsearchs() -> None:
     """memd's copy of memsearch's section rule (memsearch.cli imports pymilvus) gives the
     same answer for every line and heading level of documents with nested sections."""

@@ -27,8 +27,12 @@ it is rebuilt from the markdown.
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import re
+import sys
 import threading
+from types import ModuleType
 from typing import Any
 
 import structlog
@@ -63,20 +67,53 @@ WORD_RE = re.compile(r"\w+", re.UNICODE)  # Milvus Lite's `standard` tokenizer
 
 
 _STEMMERS = threading.local()
+_ALONE = "_memd_snowballstemmer"  # the package's folder, imported without its __init__
+_ALONE_LOCK = threading.Lock()
 
 
 def stemmer(language: str) -> Any:
     """This thread's Snowball stemmer for `language`: a stemmer keeps the word it works on
     in itself, so one shared by threads (the index server's gRPC workers, recall's lanes)
     mixes their words up and fails (IndexError in snowballstemmer)."""
-    import snowballstemmer
-
     mine = getattr(_STEMMERS, "by_language", None)
     if mine is None:
         mine = _STEMMERS.by_language = {}
     if language not in mine:
-        mine[language] = snowballstemmer.stemmer(language)
+        mine[language] = stemmer_class(language)()
     return mine[language]
+
+
+@functools.cache
+def stemmer_class(language: str) -> Any:
+    """Snowball's stemmer class for `language`, loaded alone when it can be: `import
+    snowballstemmer` imports all of its 30-odd languages (2.1 MB of memd's PSS, issue 29)
+    and memd stems English only. Its modules are imported from the package's folder under
+    another package name, whose `__init__` is not run. A language it has no module for,
+    and PyStemmer where it is installed (which snowballstemmer prefers), take the package's
+    own `stemmer()` (which raises KeyError for an unknown language)."""
+    module = _alone(language)
+    if module is None:
+        import snowballstemmer
+
+        return type(snowballstemmer.stemmer(language))
+    return getattr(module, "".join(p.capitalize() for p in language.split("_")) + "Stemmer")
+
+
+def _alone(language: str) -> ModuleType | None:
+    """snowballstemmer's `<language>_stemmer` module, imported without the package."""
+    if not re.fullmatch(r"[a-z_]+", language) or importlib.util.find_spec("Stemmer"):
+        return None
+    package = importlib.util.find_spec("snowballstemmer")
+    if package is None or not package.submodule_search_locations:
+        return None
+    with _ALONE_LOCK:
+        if _ALONE not in sys.modules:
+            alone = ModuleType(_ALONE, "snowballstemmer's modules, without its __init__")
+            alone.__path__ = list(package.submodule_search_locations)
+            sys.modules[_ALONE] = alone
+    if importlib.util.find_spec(f"{_ALONE}.{language}_stemmer") is None:
+        return None
+    return importlib.import_module(f"{_ALONE}.{language}_stemmer")
 
 
 def terms(text: str) -> list[str]:

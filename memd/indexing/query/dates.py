@@ -20,10 +20,11 @@ words that matter are few ("may" the verb is not May: a month name counts only a
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+
+from memd.indexing.query.memo import TextMemo
 
 MONTHS = {
     m: i
@@ -148,14 +149,13 @@ def said_dates(text: str, when: datetime) -> list[Said]:
     month"), each with the period it names, resolved against `when`."""
     lowered = text.lower()
     if len(lowered) > CACHED_CHARS:
-        return list(_said.__wrapped__(lowered, when.date()))
-    return list(_said(lowered, when.date()))
+        return list(_said(lowered, when.date()))
+    return list(_said_memo(lowered, when.date()))
 
 
-CACHED_CHARS = 4096  # longer texts are not remembered (the cache holds 8,192 of them)
+CACHED_CHARS = 4096  # longer texts are not remembered (the memo holds 8,192 of them)
 
 
-@functools.lru_cache(maxsize=8192)
 def _said(text: str, today: date) -> tuple[Said, ...]:
     out: list[Said] = []
     for m in _SIMPLE_RE.finditer(text):
@@ -172,6 +172,11 @@ def _said(text: str, today: date) -> tuple[Said, ...]:
     for m in _LAST_WEEKDAY_RE.finditer(text):
         out.append(Said(m.group(0), _weekday(today, m.group(1), WEEKDAYS[m.group(2)])))
     return tuple(out)
+
+
+# Keyed by the text's digest, not the text (memd.indexing.query.memo): recall asks it of
+# the same chunks search after search.
+_said_memo: TextMemo[tuple[Said, ...]] = TextMemo(_said, maxsize=8192)
 
 
 def _absolute(text: str, today: date) -> Period | None:

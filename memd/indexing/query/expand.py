@@ -8,6 +8,7 @@ gives only the hit; `memd.recall.shown` asks for the section.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from memd.indexing.query.search import Hit
 
 log = structlog.get_logger()
+
+# memsearch 0.4.23's heading rule (`memsearch.chunker._HEADING_RE`): a chunk's section is
+# found by the same rule that cut it. Copied, not imported: `import memsearch.chunker` runs
+# memsearch's `__init__`, which imports its core, store and scanner (1.5 MB of memd's PSS
+# with the engine's face, issue 29); tests/test_search.py checks it is memsearch's.
+HEADING_RE = re.compile(r"^(#{1,6})\s+(.+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,6 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
     """memsearch's expand: from the chunk's heading to the next heading of the same or a
     higher level. Only files under `root` (the client's folder) are read; a caller that
     has the file's lines already (recall reads each file once) passes them."""
-    from memsearch.io import read_utf8_text_replace
-
     path = Path(hit.source)
     fallback = Section(
         hit.chunk_hash, hit.source, hit.heading, hit.start_line, hit.end_line, hit.content
@@ -56,8 +61,8 @@ def expand_hit(hit: Hit, root: Path | None = None, lines: Sequence[str] | None =
         log.warning("recall.expand_outside_root", source=hit.source, root=str(root))
         return fallback
     if lines is None:
-        try:
-            lines = read_utf8_text_replace(path).splitlines()
+        try:  # memsearch.io's read_utf8_text_replace, without importing memsearch
+            lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
         except OSError:
             return fallback
     if hit.start_line > len(lines):
@@ -74,10 +79,7 @@ def extract_section(
     level. Copied, not imported: `memsearch.cli` imports pymilvus (and pandas, pyarrow,
     gRPC), ~90 MB memd does not otherwise need; tests/test_search.py checks it against
     memsearch's own on every kind of section, so an upgrade that changes it is caught."""
-    from memd.indexing.engine.reads import heading_pattern  # memsearch's; no pymilvus
-
-    heading = heading_pattern()
-
+    heading = HEADING_RE
     start = start_line - 1
     end = len(lines)
     if heading_level > 0:

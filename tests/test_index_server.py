@@ -22,7 +22,10 @@ import pytest
 
 from memd.indexing import embedding
 from memd.indexing.children import index_ready
+from memd.indexing.index_requests import query_socket_path
+from memd.indexing.query.index_client import LiteIndexClient
 from tests.support.embedding import embed_one
+from tests.support.hostile import needs_hostile, nobody_python
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 90.0, what: str = "condition") -> Any:
@@ -254,3 +257,57 @@ def test_rows_survive_kill_9_even_mid_index_write(
     store = MilvusStore(f"unix:{sock}", collection="c", dimension=embedding.DIMENSION)
     assert [r["content"] for r in store.query()] == ["durable row"]
     store.close()
+
+
+QUERY_PEER = """
+import socket, sys
+conn = socket.socket(socket.AF_UNIX)
+try:
+    conn.connect(sys.argv[1])
+except OSError as exc:
+    print("denied", exc.errno)
+    raise SystemExit
+conn.settimeout(20)
+try:
+    conn.sendall(b'{"op": "query", "collection": "c", "filter": "chunk_hash != \\\\"\\\\"", '
+                 b'"output_fields": ["content"]}\\n')
+    answer = conn.recv(65536)
+    print(answer.decode() if answer else "closed")
+except OSError:  # dropped before or while it wrote
+    print("closed")
+"""
+
+
+@needs_hostile
+def test_another_uid_reads_nothing_from_the_json_socket(
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
+    """recall's JSON socket (index.q.sock: 0600 in a 0700 folder) keeps other local users
+    out; one that reaches it anyway (the modes loosened here on purpose) is dropped
+    unanswered (SO_PEERCRED), and the server goes on serving its owner."""
+    from memsearch.store import MilvusStore
+
+    sock = short_tmp / "index.sock"
+    start_index_server(children, tmp_path / "milvus", sock, tmp_path / "server.log")
+    store = MilvusStore(
+        f"unix:{sock}", collection="c", dimension=embedding.DIMENSION, _create_if_missing=True
+    )
+    store.upsert([_row(1, "the staging password is hunter2")])
+    store.close()
+    json_sock = query_socket_path(sock)
+    assert nobody_python(QUERY_PEER, str(json_sock)).stdout.startswith("denied")
+    short_tmp.chmod(0o755)
+    json_sock.chmod(0o777)
+    try:
+        assert nobody_python(QUERY_PEER, str(json_sock)).stdout.strip() == "closed"
+    finally:
+        json_sock.chmod(0o600)
+        short_tmp.chmod(0o700)
+    owner = LiteIndexClient(json_sock)
+    try:
+        rows = owner.request(
+            "query", 20, collection="c", filter='chunk_hash != ""', output_fields=["content"]
+        )
+    finally:
+        owner.close()
+    assert [r["content"] for r in rows] == ["the staging password is hunter2"]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 
 from tests.support.daemon import DaemonProcess, base_config, stop_all, write_config
+from tests.support.embedder import EmbedderChild
 
 # CI runs the fuzzers on a fixed seed so that a landing never depends on luck; locally
 # every run explores new inputs (and hypothesis replays the failures it found).
@@ -74,3 +75,11 @@ def module_daemon(
     yield get
     for proc, _ in running.values():
         proc.end()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[EmbedderChild]:
+    """The real embedder child (every bundled model), shared by the tests of a session that
+    index with the embedded model: watchers reach it through memsearch's `memd` provider."""
+    with EmbedderChild() as child:
+        yield child

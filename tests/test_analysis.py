@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from memd.indexing import analysis, embedding
+from memd.indexing.targets import Endpoint
+from tests.support.embedder import EmbedderChild
 from tests.support.embedding import embed_one
 from tests.test_index_server import (
     Child,
@@ -169,17 +171,13 @@ def test_milvus_server_collection_created_by_memd_has_the_analyzer(
 
 
 @pytest.fixture
-def endpoint() -> Iterator[Any]:
-    from memd.indexing.daemon.embed_server import EmbeddingServer
-
-    srv = EmbeddingServer()
-    yield srv.start()
-    srv.stop()
+def endpoint(embedder: EmbedderChild) -> Endpoint:
+    return embedder.endpoint()
 
 
 @pytest.mark.slow
 def test_an_index_built_before_the_analyzer_is_rebuilt_and_then_answers(
-    tmp_path: Path, children: list[Child], endpoint: Any
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
 ) -> None:
     from memd import indexing
     from memd.indexing.daemon.settings import spec_path

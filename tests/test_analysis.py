@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,12 @@ import pytest
 
 from memd.indexing import analysis, embedding
 from memd.indexing.targets import Endpoint
+from tests.support.children import Child, wait_for
 from tests.support.embedder import EmbedderChild
 from tests.support.embedding import embed_one
-from tests.test_index_server import (
-    Child,
-    short_dir,
-    start_index_server,
-    stopping_children,
-    wait_for,
-)
+from tests.test_index_server import start_index_server
 
 TEXTS = ["She was running marathons every weekend", "The cat sleeps on the sofa"]
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
 
 
 def _rows() -> list[dict[str, Any]]:

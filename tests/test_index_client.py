@@ -31,9 +31,9 @@ from memd.indexing.query.index_client import (
 from memd.indexing.query.search import OUTPUT_FIELDS
 from memd.indexing.query.time_filter import time_filter_expr
 from memd.indexing.targets import IndexTarget
+from tests.support.children import Child, short_dir, stopping_children
 from tests.support.embedding import embed, embed_one
 from tests.support.fake_openai import FakeUpstream
-from tests.test_index_server import Child, short_dir, stopping_children
 from tests.test_search import COLLECTION, T0, Index, session_text
 
 pytestmark = pytest.mark.slow

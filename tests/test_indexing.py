@@ -40,10 +40,10 @@ from memd.indexing.daemon.settings import IndexSettings
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout, write_memsearch_toml
+from tests.support.children import Child, wait_for
 from tests.support.embedder import EmbedderChild, RecordingRelay
 from tests.support.embedding import embed_one
 from tests.support.fake_openai import FakeUpstream
-from tests.test_index_server import Child, stopping_children, wait_for
 
 ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
 
@@ -66,11 +66,6 @@ def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-users-own")
     monkeypatch.setenv("MEMSEARCH_DIR", str(home / "elsewhere"))
     return home
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
 
 
 def make_config(tmp_path: Path, **kw: Any) -> Config:

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,9 @@ from memd.indexing import targets as settings
 from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.query.search import IndexSearcher
 from memd.layout import ClientLayout
+from tests.support.children import Child, wait_for
 from tests.support.embedder import EmbedderChild
 from tests.support.embedding import embed, embed_one
-from tests.test_index_server import Child, stopping_children, wait_for
 from tests.test_indexing import EXCHANGE, start_client
 
 
@@ -174,11 +173,6 @@ def test_switching_between_the_bundled_models_rebuilds_the_index(tmp_path: Path)
     indexing.write_spec(layout, spec)
     assert not indexing.needs_rebuild(layout, spec)
     assert indexing.needs_rebuild(layout, indexing.index_spec(old, layout))  # and back
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
 
 
 @pytest.mark.slow

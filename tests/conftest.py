@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.children import Child, short_dir, stopping_children
 from tests.support.daemon import DaemonProcess, base_config, stop_all, write_config
+from tests.support.embedder import EmbedderChild
 
 # CI runs the fuzzers on a fixed seed so that a landing never depends on luck; locally
 # every run explores new inputs (and hypothesis replays the failures it found).
@@ -74,3 +76,25 @@ def module_daemon(
     yield get
     for proc, _ in running.values():
         proc.end()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[EmbedderChild]:
+    """The real embedder child (every bundled model), shared by the tests of a session that
+    index with the embedded model: watchers reach it through memsearch's `memd` provider."""
+    with EmbedderChild() as child:
+        yield child
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    """Every Child (tests/support/children.py) a test appends is stopped at its end, last
+    started first."""
+    yield from stopping_children()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short private folder for Unix sockets (sun_path holds 107 bytes; pytest's
+    tmp_path can be longer)."""
+    yield from short_dir()

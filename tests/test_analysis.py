@@ -13,33 +13,19 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memd.indexing import analysis, embedding
+from memd.indexing.targets import Endpoint
+from tests.support.children import Child, wait_for
+from tests.support.embedder import EmbedderChild
 from tests.support.embedding import embed_one
-from tests.test_index_server import (
-    Child,
-    short_dir,
-    start_index_server,
-    stopping_children,
-    wait_for,
-)
+from tests.test_index_server import start_index_server
 
 TEXTS = ["She was running marathons every weekend", "The cat sleeps on the sofa"]
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -224,17 +210,13 @@ def test_milvus_server_collection_created_by_memd_has_the_analyzer(
 
 
 @pytest.fixture
-def endpoint() -> Iterator[Any]:
-    from memd.indexing.daemon.embed_server import EmbeddingServer
-
-    srv = EmbeddingServer()
-    yield srv.start()
-    srv.stop()
+def endpoint(embedder: EmbedderChild) -> Endpoint:
+    return embedder.endpoint()
 
 
 @pytest.mark.slow
 def test_an_index_built_before_the_analyzer_is_rebuilt_and_then_answers(
-    tmp_path: Path, children: list[Child], endpoint: Any
+    tmp_path: Path, children: list[Child], endpoint: Endpoint
 ) -> None:
     from memd import indexing
     from memd.indexing.daemon.settings import spec_path

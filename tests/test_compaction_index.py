@@ -18,10 +18,9 @@ import pytest
 from memd.compaction.job import restore
 from memd.compaction.service import Compactor
 from memd.config import CompactionConfig
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.markdown import transcript
 from memd.markdown.transcript import Part
-from tests.support.embedding import EMBEDDER
+from tests.support.embedder import EmbedderChild
 from tests.support.fake_llm import FakeLLM
 from tests.support.index import ClientIndex, client_config
 
@@ -41,16 +40,16 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float = 90.0) -> No
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Iterator[ClientIndex]:
+def index(tmp_path: Path, embedder: EmbedderChild) -> Iterator[ClientIndex]:
     """A client with its index server and `memsearch watch` running on an empty sessions/."""
-    with EmbeddingServer(EMBEDDER.embed) as embedder:
-        client = ClientIndex(client_config(tmp_path / "memory", "laptop"), "laptop", embedder)
-        try:
-            client.start()
-            client.wait_watching()
-            yield client
-        finally:
-            client.stop()
+    config = client_config(tmp_path / "memory", "laptop")
+    client = ClientIndex(config, "laptop", embedder.endpoint())
+    try:
+        client.start()
+        client.wait_watching()
+        yield client
+    finally:
+        client.stop()
 
 
 def _sources(rows: list[dict[str, Any]]) -> set[str]:

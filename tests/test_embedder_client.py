@@ -1,17 +1,14 @@
 """memd's side of the embedder child, against a real `python -m
 memd.indexing.children.embedder` on a real socket: the same vectors as the model in-process,
-the endpoint relaying to it (split batches included), 503 while it is down, and recall by
-keywords alone meanwhile."""
+a client that waits for a restarting child and then says it is down, and recall by keywords
+alone meanwhile (memsearch's `memd` provider over the same socket: test_embedder_provider)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +16,6 @@ import pytest
 
 from memd.indexing import embedding
 from memd.indexing.children import EMBEDDER, index_ready
-from memd.indexing.daemon.embed_server import SPLIT_AT, EmbeddingServer
 from memd.indexing.query.embedder_client import EmbedderClient, EmbedderUnavailable
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import Endpoint
@@ -49,18 +45,6 @@ def child() -> Iterator[Path]:
     assert not sock.exists()  # removed on a polite stop
 
 
-def _post(endpoint: Endpoint, body: object) -> tuple[int, dict, dict]:
-    req = urllib.request.Request(
-        endpoint.base_url + "/embeddings", data=json.dumps(body).encode(), method="POST"
-    )
-    req.add_header("Authorization", f"Bearer {endpoint.api_key}")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read()), dict(resp.headers)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()), dict(exc.headers)
-
-
 @pytest.mark.parametrize("model", sorted(embedding.MODELS))
 def test_the_child_gives_the_vectors_of_the_model_in_process(child: Path, model: str) -> None:
     texts = ["**User:** I'm allergic to peanuts.\n\n**Assistant:** Noted.", "", "x" * 3000]
@@ -74,55 +58,44 @@ def test_the_child_gives_the_vectors_of_the_model_in_process(child: Path, model:
         client.close()
 
 
-def test_the_endpoint_relays_to_the_child_split_batches_included(child: Path) -> None:
-    texts = [f"text number {n}" for n in range(SPLIT_AT * 2 + 1)]
-    with EmbeddingServer(EmbedderClient(child), model=embedding.MODEL_NAME) as srv:
-        status, data, _ = _post(srv.endpoint, {"model": embedding.MODEL_NAME, "input": texts})
-    assert status == 200
-    got = [d["embedding"] for d in data["data"]]
-    assert got == embed(texts, embedding.MODEL_NAME)
-
-
-def test_the_endpoint_answers_503_while_the_child_is_down(tmp_path: Path) -> None:
+def test_a_client_waits_for_a_restarting_child_then_says_it_is_down(tmp_path: Path) -> None:
     client = EmbedderClient(tmp_path / "nobody.sock", wait=0.5)
     started = time.monotonic()
     with pytest.raises(EmbedderUnavailable):
         client.embed(["a"])
     assert time.monotonic() - started >= 0.4  # it waited for a restart first
-    with EmbeddingServer(client, model=embedding.MODEL_NAME) as srv:
-        status, data, headers = _post(srv.endpoint, {"model": embedding.MODEL_NAME, "input": "a"})
-    assert status == 503, data
-    assert headers.get("Retry-After") == "1" and data["error"]["type"] == "server_error"
 
 
 @pytest.mark.slow
-def test_recall_searches_by_keywords_while_the_embedder_is_down(tmp_path: Path) -> None:
+def test_recall_searches_by_keywords_while_the_embedder_is_down(
+    tmp_path: Path, child: Path
+) -> None:
     config = client_config(tmp_path / "memory", "ann")
-    with EmbeddingServer() as srv:
-        index = ClientIndex(config, "ann", srv).start()
+    endpoint = Endpoint("", "", embedding.MODEL_NAME, socket=str(child))
+    index = ClientIndex(config, "ann", endpoint).start()
+    try:
+        index.layout.sessions.mkdir(parents=True, exist_ok=True)
+        (index.layout.sessions / "s.md").write_text(
+            "# s\n\n## Exchange 1\n\n**User:** I'm allergic to peanuts and shellfish.\n\n"
+            "**Assistant:** Noted.\n"
+        )
+        index.wait_for(lambda s: s.search("peanuts shellfish", top_k=3))
+        assert index.searcher is not None
+        down = IndexSearcher(
+            index.searcher.target,
+            config.embedding,
+            root=index.layout.root,
+            embedder=EmbedderClient(tmp_path / "nobody.sock"),
+        )
         try:
-            index.layout.sessions.mkdir(parents=True, exist_ok=True)
-            (index.layout.sessions / "s.md").write_text(
-                "# s\n\n## Exchange 1\n\n**User:** I'm allergic to peanuts and shellfish.\n\n"
-                "**Assistant:** Noted.\n"
-            )
-            index.wait_for(lambda s: s.search("peanuts shellfish", top_k=3))
-            assert index.searcher is not None
-            down = IndexSearcher(
-                index.searcher.target,
-                config.embedding,
-                root=index.layout.root,
-                embedder=EmbedderClient(tmp_path / "nobody.sock"),
-            )
-            try:
-                hits = down.search("peanuts", top_k=3)
-                assert hits and "shellfish" in hits[0].content  # BM25 alone found it
-                assert hits[0].features[0] == 0.0  # no cosine: no dense half
-                assert hits[0].score > 0.055  # over the default min_score: recall shows it
-            finally:
-                down.close()
+            hits = down.search("peanuts", top_k=3)
+            assert hits and "shellfish" in hits[0].content  # BM25 alone found it
+            assert hits[0].features[0] == 0.0  # no cosine: no dense half
+            assert hits[0].score > 0.055  # over the default min_score: recall shows it
         finally:
-            index.stop()
+            down.close()
+    finally:
+        index.stop()
 
 
 PEER = """

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from memd.config import EmbeddingConfig
-from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing import embedding
 from memd.indexing.index_requests import MAX_LINE, query_socket_path
 from memd.indexing.query.index_client import (
     IndexRequestError,
@@ -31,8 +31,9 @@ from memd.indexing.query.index_client import (
 from memd.indexing.query.search import OUTPUT_FIELDS
 from memd.indexing.query.time_filter import time_filter_expr
 from memd.indexing.targets import IndexTarget
-from tests.support.embedding import embed_one
-from tests.test_index_server import Child, short_dir, stopping_children
+from tests.support.children import Child, short_dir, stopping_children
+from tests.support.embedding import embed, embed_one
+from tests.support.fake_openai import FakeUpstream
 from tests.test_search import COLLECTION, T0, Index, session_text
 
 pytestmark = pytest.mark.slow
@@ -225,16 +226,15 @@ def test_the_socket_is_owner_only_and_goes_with_the_server(tmp_path: Path) -> No
 @pytest.mark.parametrize("provider", ["bundled", "openai"])
 def test_a_local_search_never_imports_pymilvus(index: Index, provider: str) -> None:
     """Recall of a local index in a fresh interpreter, the query embedded in-process
-    (the default bundled model) or by memsearch's openai provider over HTTP (to memd's own embedding
-    endpoint: same model, so the index matches): pymilvus, and so pandas, pyarrow and
-    gRPC, is never imported; nor memsearch (but for its provider) or snowballstemmer's
-    other languages."""
-    server = EmbeddingServer()
-    endpoint = server.start()
+    (the default bundled model) or by memsearch's openai provider over HTTP (to a stand-in
+    OpenAI-compatible API serving memd's model: the same vectors, so the index matches):
+    pymilvus, and so pandas, pyarrow and gRPC, is never imported; nor memsearch (but for
+    its provider) or snowballstemmer's other languages."""
+    server = FakeUpstream(embedder=embed).start()
     cfg = (
         EmbeddingConfig()
         if provider == "bundled"
-        else EmbeddingConfig("openai", endpoint.model, endpoint.base_url, endpoint.api_key)
+        else EmbeddingConfig("openai", embedding.MODEL_NAME, server.base_url, "sk-test")
     )
     script = textwrap.dedent(
         f"""

@@ -1,20 +1,17 @@
 """The per-client index server: a real `python -m memd.indexing.children.index_server` on a
 Unix socket.
 
-The process helpers here (Child, wait_for, start_index_server, stopping_children,
-short_dir) are shared with test_indexing.py and test_search.py.
+`start_index_server` is shared with the other index tests; the process helpers (Child,
+wait_for) are in tests/support/children.py, the `children` and `short_tmp` fixtures in
+conftest.py.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import stat
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,98 +19,11 @@ import pytest
 
 from memd.indexing import embedding
 from memd.indexing.children import index_ready
+from memd.indexing.index_requests import query_socket_path
+from memd.indexing.query.index_client import LiteIndexClient
+from tests.support.children import Child, wait_for
 from tests.support.embedding import embed_one
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 90.0, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy; a bounded wait, not a speed assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-class Child:
-    """A test-started process in its own group; stop() is SIGINT, wait, SIGKILL, wait."""
-
-    def __init__(
-        self,
-        argv: list[str] | tuple[str, ...],
-        log_path: Path,
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> None:
-        self.log_path = log_path
-        with open(log_path, "ab") as fh:
-            self.proc = subprocess.Popen(
-                list(argv),
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-
-    def wait(self, timeout: float = 15.0) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        with _suppress_lookup():
-            os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with _suppress_lookup():
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(timeout)
-
-
-class _suppress_lookup:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, *_: Any) -> bool:
-        return exc_type is ProcessLookupError
-
-
-def stopping_children() -> Iterator[list[Child]]:
-    """Body of the `children` fixture (each test module declares its own)."""
-    started: list[Child] = []
-    yield started
-    for child in reversed(started):
-        child.stop()
-
-
-def short_dir() -> Iterator[Path]:
-    """Body of the `short_tmp` fixture: sun_path is 107 bytes, pytest's tmp_path can be long."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="memd-t-") as tmp:
-        yield Path(tmp)
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    """Every Child appended here is stopped at teardown, last started first."""
-    yield from stopping_children()
+from tests.support.hostile import needs_hostile, nobody_python
 
 
 def start_index_server(children: list[Child], data_dir: Path, sock: Path, log_path: Path) -> Child:
@@ -147,11 +57,6 @@ def _row(i: int, text: str) -> dict[str, Any]:
         "start_line": i,
         "end_line": i,
     }
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
 
 
 def test_serves_a_private_socket_and_flushes_every_write(
@@ -254,3 +159,57 @@ def test_rows_survive_kill_9_even_mid_index_write(
     store = MilvusStore(f"unix:{sock}", collection="c", dimension=embedding.DIMENSION)
     assert [r["content"] for r in store.query()] == ["durable row"]
     store.close()
+
+
+QUERY_PEER = """
+import socket, sys
+conn = socket.socket(socket.AF_UNIX)
+try:
+    conn.connect(sys.argv[1])
+except OSError as exc:
+    print("denied", exc.errno)
+    raise SystemExit
+conn.settimeout(20)
+try:
+    conn.sendall(b'{"op": "query", "collection": "c", "filter": "chunk_hash != \\\\"\\\\"", '
+                 b'"output_fields": ["content"]}\\n')
+    answer = conn.recv(65536)
+    print(answer.decode() if answer else "closed")
+except OSError:  # dropped before or while it wrote
+    print("closed")
+"""
+
+
+@needs_hostile
+def test_another_uid_reads_nothing_from_the_json_socket(
+    tmp_path: Path, short_tmp: Path, children: list[Child]
+) -> None:
+    """recall's JSON socket (index.q.sock: 0600 in a 0700 folder) keeps other local users
+    out; one that reaches it anyway (the modes loosened here on purpose) is dropped
+    unanswered (SO_PEERCRED), and the server goes on serving its owner."""
+    from memsearch.store import MilvusStore
+
+    sock = short_tmp / "index.sock"
+    start_index_server(children, tmp_path / "milvus", sock, tmp_path / "server.log")
+    store = MilvusStore(
+        f"unix:{sock}", collection="c", dimension=embedding.DIMENSION, _create_if_missing=True
+    )
+    store.upsert([_row(1, "the staging password is hunter2")])
+    store.close()
+    json_sock = query_socket_path(sock)
+    assert nobody_python(QUERY_PEER, str(json_sock)).stdout.startswith("denied")
+    short_tmp.chmod(0o755)
+    json_sock.chmod(0o777)
+    try:
+        assert nobody_python(QUERY_PEER, str(json_sock)).stdout.strip() == "closed"
+    finally:
+        json_sock.chmod(0o600)
+        short_tmp.chmod(0o700)
+    owner = LiteIndexClient(json_sock)
+    try:
+        rows = owner.request(
+            "query", 20, collection="c", filter='chunk_hash != ""', output_fields=["content"]
+        )
+    finally:
+        owner.close()
+    assert [r["content"] for r in rows] == ["the staging password is hunter2"]

@@ -7,25 +7,15 @@ looks at once and finds the index built (issue 29: a new client's first watcher 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from memd.indexing import embedding, engine
 from memd.indexing.engine import index_wait
+from tests.support.children import Child
 from tests.support.embedding import embed_one
-from tests.test_index_server import Child, _row, short_dir, start_index_server, stopping_children
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
+from tests.test_index_server import _row, start_index_server
 
 
 @pytest.mark.parametrize("patched", [True, False])

@@ -2,9 +2,10 @@
 
 End-to-end tests run the real thing: `python -m memd.indexing.children.index_server` on a
 Unix socket, an
-unmodified `memsearch watch` subprocess, memd's embedding endpoint, and pymilvus reads.
-The only stand-in is a "remote" OpenAI-compatible embedding API (a real HTTP server on
-127.0.0.1) for the model-change test.
+unmodified `memsearch watch` subprocess, memd's embedder child (memsearch's `memd`
+provider on its socket), and pymilvus reads. The only stand-in is a "remote"
+OpenAI-compatible embedding API (a real HTTP server on 127.0.0.1,
+`tests.support.fake_openai`) for the model-change test.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,15 @@ from memd.config import Config, EmbeddingConfig, MilvusConfig
 from memd.indexing import embedding, index_lock
 from memd.indexing.children import index_ready
 from memd.indexing.daemon import catch_up_run
-from memd.indexing.daemon.embed_server import EmbeddingServer, Endpoint
 from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.settings import IndexSettings
 from memd.indexing.query.search import IndexSearcher
+from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout, write_memsearch_toml
-from tests.support.embedding import embed, embed_one
-from tests.test_index_server import Child, stopping_children, wait_for
+from tests.support.children import Child, wait_for
+from tests.support.embedder import EmbedderChild, RecordingRelay
+from tests.support.embedding import embed_one
+from tests.support.fake_openai import FakeUpstream
 
 ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
 
@@ -63,11 +66,6 @@ def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-users-own")
     monkeypatch.setenv("MEMSEARCH_DIR", str(home / "elsewhere"))
     return home
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
 
 
 def make_config(tmp_path: Path, **kw: Any) -> Config:
@@ -321,29 +319,17 @@ def test_rebuild_wipes_the_local_index_but_refuses_while_it_is_open(tmp_path: Pa
 # -- end to end ------------------------------------------------------------------------------
 
 
-class RecordingEmbedder:
-    """memd's model, recording the batch sizes the watchers send."""
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, texts: list[str]) -> list[list[float]]:
-        with self._lock:
-            self.batches.append(len(texts))
-        return embed(texts)
+@pytest.fixture
+def recorder(embedder: EmbedderChild) -> Iterator[RecordingRelay]:
+    """The embedder child behind a relay that records the batch sizes the watchers send."""
+    relay = RecordingRelay(embedder.socket)
+    yield relay
+    relay.close()
 
 
 @pytest.fixture
-def recorder() -> RecordingEmbedder:
-    return RecordingEmbedder()
-
-
-@pytest.fixture
-def endpoint(recorder: RecordingEmbedder) -> Iterator[Endpoint]:
-    srv = EmbeddingServer(embedder=recorder)
-    yield srv.start()
-    srv.stop()
+def endpoint(recorder: RecordingRelay) -> Endpoint:
+    return recorder.endpoint()
 
 
 @dataclass
@@ -439,7 +425,7 @@ EXCHANGE = (
 
 @pytest.mark.slow
 def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
-    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingEmbedder
+    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingRelay
 ) -> None:
     config = make_config(tmp_path)
     client = start_client(children, config, "alice", endpoint)
@@ -454,7 +440,7 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
         )
         assert "6543" in hits[0].content
         assert hits[0].source == str(session.resolve())
-        assert recorder.batches, "the watcher did not embed through memd's endpoint"
+        assert recorder.batches, "the watcher did not embed through memd's embedder"
 
         # The vector recall computes for a text is the one the watcher stored for it.
         from memsearch.chunker import clean_content_for_embedding
@@ -478,7 +464,7 @@ def test_watcher_indexes_a_new_file_and_forgets_a_deleted_one(
 
 @pytest.mark.slow
 def test_generated_settings_take_effect(
-    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingEmbedder
+    tmp_path: Path, children: list[Child], endpoint: Endpoint, recorder: RecordingRelay
 ) -> None:
     """Chunk size, batch size and debounce from the generated .memsearch.toml are what the
     watcher uses (memsearch's defaults are 1500 chars, the provider's batch, 1500 ms)."""
@@ -521,10 +507,10 @@ def test_generated_settings_take_effect(
     assert len(events) == 1, events
 
 
-def _bag_of_words(dim: int):
+def _bag_of_words(dim: int) -> Callable[[list[str], str], list[list[float]]]:
     """A small deterministic embedding for the stand-in remote API."""
 
-    def embed(texts: list[str]) -> list[list[float]]:
+    def embed(texts: list[str], model: str) -> list[list[float]]:
         out = []
         for text in texts:
             vec = [0.0] * dim
@@ -541,10 +527,7 @@ def _bag_of_words(dim: int):
 def test_model_change_rebuilds_the_index_instead_of_crash_looping(
     tmp_path: Path, children: list[Child], endpoint: Endpoint
 ) -> None:
-    remote = EmbeddingServer(
-        embedder=_bag_of_words(64), model="remote-embed-64", api_key="sk-remote"
-    )
-    remote_ep = remote.start()
+    remote = FakeUpstream(embedder=_bag_of_words(64)).start()
     try:
         old = make_config(tmp_path)
         client = start_client(children, old, "alice", endpoint)
@@ -557,7 +540,7 @@ def test_model_change_rebuilds_the_index_instead_of_crash_looping(
             embedding=EmbeddingConfig(
                 provider="openai",
                 model="remote-embed-64",
-                base_url=remote_ep.base_url,
+                base_url=remote.base_url,
                 api_key="sk-remote",
             ),
         )

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,12 @@ from memd import indexing
 from memd.config import Config, EmbeddingConfig
 from memd.indexing import embedding, minilm
 from memd.indexing import targets as settings
-from memd.indexing.daemon.embed_server import EmbeddingServer
+from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.query.search import IndexSearcher
 from memd.layout import ClientLayout
-from tests.support.embedding import EMBEDDER, embed, embed_one
-from tests.test_index_server import Child, stopping_children, wait_for
+from tests.support.children import Child, wait_for
+from tests.support.embedder import EmbedderChild
+from tests.support.embedding import embed, embed_one
 from tests.test_indexing import EXCHANGE, start_client
 
 
@@ -175,47 +175,40 @@ def test_switching_between_the_bundled_models_rebuilds_the_index(tmp_path: Path)
     assert indexing.needs_rebuild(layout, indexing.index_spec(old, layout))  # and back
 
 
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
 @pytest.mark.slow
-def test_switching_models_rebuilds_through_real_watchers_on_one_endpoint(
-    tmp_path: Path, children: list[Child]
+def test_switching_models_rebuilds_through_real_watchers_on_one_embedder(
+    tmp_path: Path, children: list[Child], embedder: EmbedderChild
 ) -> None:
-    """The daemon's one endpoint serves both bundled models: a client indexed with
+    """The daemon's one embedder child serves both bundled models: a client indexed with
     WordLlama (256-dim; memd's default before MiniLM) and then given the default config is
     rebuilt from its markdown with 384-dim vectors by an unmodified `memsearch watch`, and
     recall searches it."""
-    EMBEDDER.model(minilm.MODEL_NAME)  # loaded here, not inside the watcher's first request
-    server = EmbeddingServer(EMBEDDER)
-    endpoint = server.start()
+    warm = EmbedderClient(embedder.socket)  # both loaded here, not in a watcher's request
     try:
-        old = Config(
-            memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama")
-        )
-        client = start_client(children, old, "alice", endpoint)
-        (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
-        wait_for(lambda: client.rows(("embedding",)), timeout=180, what="first indexing")
-        assert len(client.rows(("embedding",))[0]["embedding"]) == 256
-
-        new = Config(memory_dir=old.memory_dir)  # the default: minilm
-        assert indexing.needs_rebuild(client.layout, indexing.index_spec(new, client.layout))
-        client.watcher.stop()
-        assert client.server is not None
-        client.server.stop()
-        rebuilt = start_client(children, new, "alice", endpoint)  # prepare_index rebuilds
-        assert indexing.read_spec(rebuilt.layout) == indexing.index_spec(new, rebuilt.layout)
-        rows = wait_for(lambda: rebuilt.rows(("embedding",)), timeout=180, what="re-indexing")
-        assert {len(r["embedding"]) for r in rows} == {384}
-        searcher = IndexSearcher(rebuilt.target, new.embedding, root=rebuilt.layout.root)
-        try:  # the query is embedded by minilm too (a 256-dim one would fail here)
-            assert "6543" in searcher.search("which port does the QA database use")[0].content
-        finally:
-            searcher.close()
+        for model in (embedding.PROVIDERS["wordllama"], minilm.MODEL_NAME):
+            warm.embed(["warm up"], model)
     finally:
-        server.stop()
+        warm.close()
+    old = Config(memory_dir=tmp_path / "memory", embedding=EmbeddingConfig(provider="wordllama"))
+    client = start_client(children, old, "alice", embedder.endpoint())
+    (client.layout.sessions / "s1.md").write_text(EXCHANGE, encoding="utf-8")
+    wait_for(lambda: client.rows(("embedding",)), timeout=180, what="first indexing")
+    assert len(client.rows(("embedding",))[0]["embedding"]) == 256
+
+    new = Config(memory_dir=old.memory_dir)  # the default: minilm
+    assert indexing.needs_rebuild(client.layout, indexing.index_spec(new, client.layout))
+    client.watcher.stop()
+    assert client.server is not None
+    client.server.stop()
+    rebuilt = start_client(children, new, "alice", embedder.endpoint())  # prepare rebuilds
+    assert indexing.read_spec(rebuilt.layout) == indexing.index_spec(new, rebuilt.layout)
+    rows = wait_for(lambda: rebuilt.rows(("embedding",)), timeout=180, what="re-indexing")
+    assert {len(r["embedding"]) for r in rows} == {384}
+    searcher = IndexSearcher(rebuilt.target, new.embedding, root=rebuilt.layout.root)
+    try:  # the query is embedded by minilm too (a 256-dim one would fail here)
+        assert "6543" in searcher.search("which port does the QA database use")[0].content
+    finally:
+        searcher.close()
 
 
 def test_a_plain_install_brings_the_default_model_and_its_runtime() -> None:

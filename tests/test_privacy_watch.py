@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memd.indexing.daemon.embed_server import EmbeddingServer
+from tests.support.embedder import EmbedderChild
 from tests.support.index import ClientIndex, client_config
 
 pytestmark = pytest.mark.slow
@@ -26,15 +26,16 @@ DEADLINE = 30.0  # the watcher debounces 0.3 s; this only bounds a failing test
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientIndex]:
+def index(
+    tmp_path_factory: pytest.TempPathFactory, embedder: EmbedderChild
+) -> Iterator[ClientIndex]:
     config = client_config(tmp_path_factory.mktemp("watch") / "memory", "alice")
-    with EmbeddingServer() as server:
-        idx = ClientIndex(config, "alice", server).start()
-        try:
-            idx.wait_watching()
-            yield idx
-        finally:
-            idx.stop()
+    idx = ClientIndex(config, "alice", embedder.endpoint()).start()
+    try:
+        idx.wait_watching()
+        yield idx
+    finally:
+        idx.stop()
 
 
 def note(marker: str) -> str:

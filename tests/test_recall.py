@@ -23,13 +23,13 @@ import pytest
 
 from memd import recall as rc
 from memd.config import EmbeddingConfig, RecallConfig
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.indexing.query.search import Hit, IndexSearcher, IndexUnavailableError
 from memd.indexing.targets import IndexTarget
 from memd.layout import ClientLayout
 from memd.markdown.summary import render_summary
 from memd.recall import service
 from memd.sessions.tracker import ClientSessions
+from tests.support.embedder import EmbedderChild
 from tests.support.index import ClientIndex, client_config
 from tests.support.samples import ALICE, BOB
 
@@ -456,18 +456,12 @@ def test_allot_gives_no_one_more_than_an_equal_share() -> None:
 
 
 @pytest.fixture(scope="module")
-def embed_server() -> Iterator[EmbeddingServer]:
-    with EmbeddingServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def indexed(
-    tmp_path_factory: pytest.TempPathFactory, embed_server: EmbeddingServer
+    tmp_path_factory: pytest.TempPathFactory, embedder: EmbedderChild
 ) -> Iterator[dict[str, ClientIndex]]:
     """alice and bob, each with their own index server, watcher and transcripts."""
     config = client_config(tmp_path_factory.mktemp("recall") / "memory", "alice", "bob")
-    indexes = {cid: ClientIndex(config, cid, embed_server) for cid in ("alice", "bob")}
+    indexes = {cid: ClientIndex(config, cid, embedder.endpoint()) for cid in ("alice", "bob")}
     try:
         for cid, exchanges in (("alice", ALICE), ("bob", BOB)):
             index = indexes[cid].start()
@@ -665,8 +659,9 @@ def test_reading_past_the_deadline_is_a_timeout_not_the_index() -> None:
         asyncio.run(stuck(None))
 
 
-def test_empty_index_says_no_memories(tmp_path: Path, embed_server: EmbeddingServer) -> None:
-    index = ClientIndex(client_config(tmp_path / "memory", "carol"), "carol", embed_server)
+def test_empty_index_says_no_memories(tmp_path: Path, embedder: EmbedderChild) -> None:
+    config = client_config(tmp_path / "memory", "carol")
+    index = ClientIndex(config, "carol", embedder.endpoint())
     try:
         index.start()
         assert _recall(index, "anything at all") == {"results": [], "text": rc.NO_RESULTS}

@@ -16,12 +16,12 @@ import pytest
 from memd import recall as rc
 from memd.config import RecallConfig
 from memd.indexing.analysis import terms
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.indexing.query import ranking
 from memd.indexing.query.search import Hit
 from memd.layout import ClientLayout
 from memd.recall.service import relevant
 from memd.sessions.tracker import ClientSessions
+from tests.support.embedder import EmbedderChild
 from tests.support.index import ClientIndex, client_config
 
 SESSION = "2026-11-01T10-00-00Z-ab12"
@@ -188,7 +188,9 @@ def _scored(score: float) -> Hit:
 
 
 @pytest.mark.slow
-def test_spare_key_demo_each_exchange_once_and_no_title_lift(tmp_path: Path) -> None:
+def test_spare_key_demo_each_exchange_once_and_no_title_lift(
+    tmp_path: Path, embedder: EmbedderChild
+) -> None:
     """The new user's demo: a conversation titled by its spare-key question, then small
     talk in the same conversation. "spare key" finds the key's exchange first, shows
     no exchange twice, nothing at 0.00, and the small talk (whose heading repeats the
@@ -200,21 +202,20 @@ def test_spare_key_demo_each_exchange_once_and_no_title_lift(tmp_path: Path) -> 
         ("keys", "And the weather tomorrow?", "Sunny and warm.", "2026-11-01T10:02:00Z"),
         ("other", "My bike lock code is 4711.", "Noted.", "2026-11-02T10:00:00Z"),
     ]
-    with EmbeddingServer() as embed:
-        config = client_config(tmp_path / "memory", "alice")
-        index = ClientIndex(config, "alice", embed).start()
-        try:
+    config = client_config(tmp_path / "memory", "alice")
+    index = ClientIndex(config, "alice", embedder.endpoint()).start()
+    try:
 
-            async def record() -> None:
-                async with ClientSessions(index.layout) as sessions:
-                    for conv, user, assistant, stamp in exchanges:
-                        await sessions.record_exchange(conv, user, assistant, stamp)
+        async def record() -> None:
+            async with ClientSessions(index.layout) as sessions:
+                for conv, user, assistant, stamp in exchanges:
+                    await sessions.record_exchange(conv, user, assistant, stamp)
 
-            asyncio.run(record())
-            index.wait_rows(len(exchanges))
-            out = asyncio.run(rc.recall(index.searcher, "spare key", 5, None, None, index.layout))
-        finally:
-            index.stop()
+        asyncio.run(record())
+        index.wait_rows(len(exchanges))
+        out = asyncio.run(rc.recall(index.searcher, "spare key", 5, None, None, index.layout))
+    finally:
+        index.stop()
     results = out["results"]
     assert results and "blue flower pot" in results[0]["content"]
     text = out["text"]

@@ -26,20 +26,11 @@ from memd.indexing.query.search import (
     time_filter_expr,
 )
 from memd.indexing.targets import IndexTarget
+from tests.support.children import Child
 from tests.support.embedding import embed, embed_one
-from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
+from tests.test_index_server import start_index_server
 
 COLLECTION = "memd_alice"
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
 
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)

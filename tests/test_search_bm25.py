@@ -5,25 +5,15 @@ Milvus server. A real index server on a Unix socket; pymilvus as recall uses it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memd.indexing import analysis, embedding
+from tests.support.children import Child
 from tests.test_analysis import _rows
-from tests.test_index_server import Child, short_dir, start_index_server, stopping_children
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    yield from stopping_children()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    yield from short_dir()
+from tests.test_index_server import start_index_server
 
 
 def _row(key: str, text: str) -> dict[str, Any]:

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from memd.cli.client import RemoteError
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from tests.support.daemon import DaemonProcess
 from tests.support.faults import alive, call, pipeline_running, recall_finds, wait_for
 from tests.support.hostile import (
@@ -307,54 +303,6 @@ def test_socket_below_a_sticky_world_writable_folder_is_accepted(area: Path) -> 
         assert stat.S_IMODE(os.stat(sticky / "mine").st_mode) == 0o700
     finally:
         memd.stop()
-
-
-# --- 5. the embedding endpoint ---------------------------------------------------------------
-
-
-def _fake_embed(texts: list[str]) -> list[list[float]]:
-    return [[1.0, 0.0] for _ in texts]
-
-
-def _embedding_server() -> EmbeddingServer:
-    return EmbeddingServer(embedder=_fake_embed, model="fake")
-
-
-def test_embedding_endpoint_drops_idle_connections() -> None:
-    """An idle loopback connection that never sends a request is closed by the server."""
-    server = _embedding_server()
-    endpoint = server.start()
-    try:
-        port = int(endpoint.base_url.rsplit(":", 1)[1].split("/")[0])
-        conn = socket.create_connection(("127.0.0.1", port))
-        conn.settimeout(120)
-        try:
-            assert conn.recv(1) == b"", "the server answered an idle connection"
-        except TimeoutError:
-            pytest.fail("an idle connection was kept open for two minutes")
-        finally:
-            conn.close()
-    finally:
-        server.stop()
-
-
-def test_embedding_endpoint_bounds_its_workers_under_idle_connections() -> None:
-    """Hundreds of idle connections pin a bounded number of threads, not one each."""
-    server = _embedding_server()
-    endpoint = server.start()
-    port = int(endpoint.base_url.rsplit(":", 1)[1].split("/")[0])
-    before = threading.active_count()
-    conns = []
-    try:
-        for _ in range(300):
-            conns.append(socket.create_connection(("127.0.0.1", port)))
-        time.sleep(1.0)  # let the server accept them all
-        grown = threading.active_count() - before
-        assert grown <= 80, f"{grown} threads for 300 idle connections"
-    finally:
-        for conn in conns:
-            conn.close()
-        server.stop()
 
 
 def test_sigterm_still_stops_a_daemon_that_refused_a_client(area: Path) -> None:

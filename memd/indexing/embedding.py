@@ -148,9 +148,10 @@ class Embedder:
     """The embedded models, each loaded on first use and kept (WordLlama: well under a
     second and ~32 MB; MiniLM: ~1 s and ~25-70 MB).
 
-    Whoever embeds owns one: the daemon's `Pipelines` makes one that serves both the
-    watchers (through `EmbeddingServer`) and every client's recall queries, so each model
-    is in memory once, and only the models some client's config names are loaded.
+    Whoever embeds owns one: memd's embedder child (`memd.indexing.children.embedder`)
+    makes the one that serves both the watchers and every client's recall queries, so
+    each model is in memory once, and only the models some client's config names are
+    loaded.
     Thread-safe.
     """
 

@@ -47,8 +47,8 @@ class IndexTarget:
 @dataclass(frozen=True)
 class Endpoint:
     """What a watcher needs to reach memd's bundled models: the embedder child's socket
-    (memsearch's `memd` provider), or else an OpenAI-compatible server such as
-    `memd.indexing.daemon.embed_server` (base URL ending in /v1, key); and the model."""
+    (memsearch's `memd` provider; what the daemon names), or else an OpenAI-compatible
+    server serving them by name (base URL ending in /v1, key); and the model."""
 
     base_url: str
     api_key: str
@@ -80,7 +80,7 @@ def effective_model(cfg: EmbeddingConfig) -> str:
 
 def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> WatcherEmbedding:
     """An embedded model is reached through the embedder child's socket (memsearch's
-    `memd` provider), or an OpenAI-compatible endpoint serving it by name (tests, tools)."""
+    `memd` provider), or an OpenAI-compatible endpoint serving it by name."""
     if uses_embedded_model(cfg):
         if endpoint is None:
             raise ValueError("the embedded model needs memd's embedding endpoint")

@@ -12,6 +12,11 @@ Streams like OpenAI (role chunk, content in pieces, tool-call deltas, finish chu
 usage when asked, `[DONE]`). Failure modes: `error` (status and body), `hang` (never
 answers; a proxy that hangs up is counted in `cancelled`), and `drop` (cuts the
 connection after the first content chunk, or mid-body when not streamed).
+
+It also serves `POST /v1/embeddings` (float vectors from `embedder(texts, model)`), as
+a remote embedding API that a client configured with `provider = "openai"` and a
+`base_url` indexes with. Each answer closes its connection: memsearch's watcher lost its
+first file event over a kept-alive one (memd's old endpoint answered the same way).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,8 +36,13 @@ MEMORY_TOOL = "MemoryRecall"
 class FakeUpstream:
     """`with FakeUpstream() as fake:`; point the proxy (or an SDK) at `fake.base_url`."""
 
-    def __init__(self, memory_tool: str = MEMORY_TOOL) -> None:
+    def __init__(
+        self,
+        memory_tool: str = MEMORY_TOOL,
+        embedder: Callable[[list[str], str], list[list[float]]] | None = None,
+    ) -> None:
         self.memory_tool = memory_tool
+        self.embedder = embedder
         self.mode = "ok"  # ok | error | hang | drop
         self.status = 500
         self.requests: list[dict[str, Any]] = []
@@ -70,6 +81,7 @@ class FakeUpstream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         self._runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
         )
@@ -111,6 +123,19 @@ class FakeUpstream:
                 "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}],
             }
         )
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._log(request, body)
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        assert self.embedder is not None, "FakeUpstream(embedder=...) serves embeddings"
+        vectors = await asyncio.to_thread(self.embedder, texts, body["model"])
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        usage = {"prompt_tokens": 0, "total_tokens": 0}
+        answer = {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        response = web.json_response(answer)
+        response.force_close()
+        return response
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -1,7 +1,8 @@
 """A real per-client index for tests: index server + `memsearch watch` + an IndexSearcher.
 
 Built from memd's own command lines (`memd.indexing.daemon.plan`), so the tests index exactly as the
-daemon does: the embedded model served by an in-process `EmbeddingServer`, one
+daemon does: the embedded model served by the real embedder child (`tests.support.embedder`,
+reached through memsearch's `memd` provider), one
 `python -m memd.indexing.children.index_server` per client on a Unix socket, one
 `memsearch watch` on the
 client's `sessions/`. `wait_for` polls the real search until the watcher has caught up;
@@ -20,7 +21,6 @@ from typing import Any, TypeVar
 
 from memd.config import Config, parse_config
 from memd.indexing.children import index_ready
-from memd.indexing.daemon.embed_server import EmbeddingServer
 from memd.indexing.daemon.maintenance import watcher_ready
 from memd.indexing.daemon.plan import (
     index_server_command,
@@ -30,6 +30,7 @@ from memd.indexing.daemon.plan import (
 )
 from memd.indexing.daemon.settings import Command, ensure_dirs
 from memd.indexing.query.search import IndexSearcher, IndexUnavailableError
+from memd.indexing.targets import Endpoint
 from memd.layout import ClientLayout, write_memsearch_toml
 from tests.support.embedding import EMBEDDER
 
@@ -87,10 +88,10 @@ class _Child:
 class ClientIndex:
     """Everything one client's recall needs, started for real; `stop()` always cleans up."""
 
-    def __init__(self, config: Config, client_id: str, endpoint_server: EmbeddingServer) -> None:
+    def __init__(self, config: Config, client_id: str, endpoint: Endpoint) -> None:
         self.config = config
         self.layout = ClientLayout(config.memory_dir, client_id)
-        self._embed = endpoint_server
+        self._endpoint = endpoint  # the embedder child's (tests.support.embedder)
         self.index_server: _Child | None = None
         self.watcher: _Child | None = None
         self.searcher: IndexSearcher | None = None
@@ -101,7 +102,7 @@ class ClientIndex:
         write_memsearch_toml(self.layout, memsearch_toml(self.config, self.layout))
         self.start_index_server(timeout)
         self.watcher = _Child(
-            watcher_command(self.config, self.layout, self._embed.endpoint),
+            watcher_command(self.config, self.layout, self._endpoint),
             self.layout.logs_dir / "watcher.log",
         )
         self.searcher = IndexSearcher(

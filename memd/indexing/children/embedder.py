@@ -2,9 +2,10 @@
 
 memd used to load the model itself, for recall's query vectors and for the watchers'
 OpenAI-compatible endpoint: ~80 MB of memd's ~130 MB PSS were onnxruntime, tokenizers,
-google.protobuf and the ORT session (issue 29). This child holds them instead; memd keeps
-the HTTP endpoint (its key, limits and error answers) and relays each request here
-(`memd.indexing.query.embedder_client`), and recall asks here for its query vectors.
+google.protobuf and the ORT session (issue 29). This child holds them instead: the
+watchers and catch-up children embed here through memsearch's `memd` provider
+(`memd.indexing.engine.embedder_provider`), and recall asks here for its query vectors
+(`memd.indexing.query.embedder_client`).
 
 It is forked from the zygote like the index servers. The zygote imports tokenizers but
 not onnxruntime: loading ORT's native module starts a thread (1.32: one, parked on a
@@ -45,7 +46,7 @@ from memd.indexing.index_requests import RequestError
 
 log = structlog.get_logger()
 
-MAX_TEXTS = 2048  # as memd's endpoint (embed_server.MAX_INPUTS)
+MAX_TEXTS = 2048  # as memd's old HTTP endpoint allowed a request
 
 
 def zygote_preload() -> None:

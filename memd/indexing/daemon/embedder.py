@@ -8,8 +8,8 @@ child when the first client that uses an embedded model starts and removes it wh
 does (an external provider, openai or ollama, never starts it), names its socket to the
 watchers and catch-up children (memsearch's `memd` provider,
 `memd.indexing.engine.embedder_provider`: no OpenAI SDK in them, nor in the zygote) and
-hands recall an `EmbedderClient` of its own. memd's OpenAI-compatible endpoint
-(`embed_server`) is no longer started by the daemon; tests and tools still use it.
+hands recall an `EmbedderClient` of its own. (The OpenAI-compatible HTTP endpoint the
+watchers used before, `embed_server`, is gone: nothing started it any more.)
 
 A watcher requires the child RUNNING before it (re)starts (its initial scan embeds at
 once); a running watcher outlives the child's restart: its calls wait a few seconds for

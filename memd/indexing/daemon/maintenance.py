@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import structlog
@@ -133,11 +133,27 @@ def needs_rebuild(layout: ClientLayout, spec: IndexSpec) -> bool:
     """
     recorded = read_spec(layout)
     if recorded is not None:
+        if not recorded.sessions:  # recorded before memd kept the folder: ask memsearch
+            recorded = replace(recorded, sessions=_last_watched(layout) or spec.sessions)
         return recorded != spec
     if spec.target != "local":
         return True
     data = milvus_data_dir(layout)
     return data.exists() and any(data.iterdir())
+
+
+def _last_watched(layout: ClientLayout) -> str:
+    """The folder the client's last watcher indexed, from memsearch's `.index-state.json`
+    ("" when unknown). It lets an index whose spec predates `IndexSpec.sessions` be checked
+    for a moved memory_dir without rebuilding every unmoved one once on upgrade."""
+    try:
+        state = json.loads((layout.memsearch_dir / ".index-state.json").read_text("utf-8"))
+        paths = state.get("paths")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(paths, list) or len(paths) != 1 or not isinstance(paths[0], str):
+        return ""
+    return str(Path(paths[0]).resolve())  # memsearch keeps the path it was given
 
 
 class IndexBusyError(RuntimeError):

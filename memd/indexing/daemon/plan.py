@@ -69,7 +69,7 @@ class ClientPlan:
             target=target,
             data_dir=milvus_data_dir(layout),
             index_socket=index_socket_path(layout),
-            spec=_spec(config.embedding, target),
+            spec=_spec(config.embedding, target, layout),
             memsearch_toml=_memsearch_toml(config.embedding, target, settings),
             index_server=_index_server(layout) if target.local else None,
         )
@@ -130,7 +130,7 @@ def _target(config: Config, layout: ClientLayout) -> IndexTarget:
     return IndexTarget(config.milvus.uri, collection, config.milvus.token, local=False)
 
 
-def _spec(cfg: EmbeddingConfig, target: IndexTarget) -> IndexSpec:
+def _spec(cfg: EmbeddingConfig, target: IndexTarget, layout: ClientLayout) -> IndexSpec:
     embedded = uses_embedded_model(cfg)
     model = effective_model(cfg)
     return IndexSpec(
@@ -141,6 +141,7 @@ def _spec(cfg: EmbeddingConfig, target: IndexTarget) -> IndexSpec:
         target="local" if target.local else target.uri,
         collection=target.collection,
         analyzer=analysis.ANALYZER_NAME,
+        sessions=str(layout.sessions.resolve()),  # as memsearch names the rows' files
     )
 
 
@@ -194,7 +195,7 @@ def index_target(config: Config, layout: ClientLayout) -> IndexTarget:
 
 
 def index_spec(config: Config, layout: ClientLayout) -> IndexSpec:
-    return _spec(config.embedding, _target(config, layout))
+    return _spec(config.embedding, _target(config, layout), layout)
 
 
 def memsearch_toml(

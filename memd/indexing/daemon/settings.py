@@ -81,6 +81,9 @@ class IndexSpec:
     base_url is left out for the embedded model (its loopback port changes every run).
     `analyzer` names the BM25 text analysis (memd.indexing.analysis): a spec recorded
     before it existed reads as "" and so rebuilds the index with the analyzer.
+    `sessions` is the resolved folder the rows were indexed from: each row names its file
+    by absolute path, so a memory_dir moved or restored elsewhere left rows that recall
+    refused to read, beside the watcher's new ones; the index is rebuilt instead.
     """
 
     provider: str
@@ -90,6 +93,7 @@ class IndexSpec:
     target: str
     collection: str
     analyzer: str = ""
+    sessions: str = ""
 
 
 # -- names and paths ---------------------------------------------------------------------

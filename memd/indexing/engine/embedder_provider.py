@@ -71,7 +71,7 @@ class MemdEmbedding:
 
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         """A big batch in two halves on two connections, which the embedder serves in two
-        threads (as the HTTP relay split it, `embed_server.SPLIT_AT`): a lone watcher's
+        threads (as memd's old HTTP endpoint split it over two threads): a lone watcher's
         burst uses both cores. A text's vector does not depend on its batch."""
         if len(texts) < SPLIT_AT:
             return await asyncio.to_thread(self._client.embed, texts, self._model)

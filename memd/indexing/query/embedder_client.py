@@ -9,9 +9,9 @@ kept connections, one request at a time on each, so two threads embedding at onc
 two connections and the child runs them in parallel.
 
 `EmbedderUnavailable` says the child is down or restarting (nothing accepts on the
-socket, or it hung up): the endpoint answers HTTP 503, which the watchers' SDK retries,
-and recall searches by keywords alone. With `wait`, a call first waits up to that long
-for a restarting child to answer again.
+socket, or it hung up): a watcher's `memd` provider raises it, so memsearch fails that
+file (catch-up indexes it after the restart), and recall searches by keywords alone.
+With `wait`, a call first waits up to that long for a restarting child to answer again.
 """
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""The real embedder child for tests, as memd runs it: `python -m memd.indexing.children.embedder`
+on a Unix socket in a short private folder, and the `Endpoint` that names it to a watcher
+(memsearch's `memd` provider) the way `EmbeddingService.endpoint` does.
+
+`RecordingRelay` sits between a watcher and the child and writes down how many texts each
+request carried, for the tests that check the batch size a watcher sends; it forwards the
+bytes unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from memd.indexing import embedding
+from memd.indexing.children import EMBEDDER, index_ready
+from memd.indexing.targets import Endpoint
+
+
+class EmbedderChild:
+    """`with EmbedderChild() as child:` a running embedder; `child.endpoint()` for watchers."""
+
+    def __init__(self, model: str = embedding.MODEL_NAME) -> None:
+        self.model = model
+        self.folder = Path(tempfile.mkdtemp(prefix="memd-emb-", dir="/tmp"))  # 0700, short
+        self.socket = self.folder / "embedder.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120.0) -> EmbedderChild:
+        argv = [sys.executable, "-m", EMBEDDER, "--socket", str(self.socket), "--model", self.model]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        while not index_ready(self.socket):
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode() if self.proc.stderr else "")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the embedder child did not get ready")
+            time.sleep(0.05)
+        return self
+
+    def endpoint(self, model: str | None = None) -> Endpoint:
+        """What `EmbeddingService.endpoint` names to the watchers for `model`."""
+        return Endpoint("", "", model or self.model, socket=str(self.socket))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> EmbedderChild:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RecordingRelay:
+    """A socket in front of the embedder child that records each embed request's size."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.folder = Path(tempfile.mkdtemp(prefix="memd-rel-", dir="/tmp"))
+        self.socket = self.folder / "relay.sock"
+        self.batches: list[int] = []
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(self.socket))
+        self._listener.listen(16)
+        threading.Thread(target=self._accept, daemon=True, name="relay").start()
+
+    def endpoint(self, model: str = embedding.MODEL_NAME) -> Endpoint:
+        return Endpoint("", "", model, socket=str(self.socket))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        """Line by line: a request to the child, its answer back."""
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with conn, upstream, contextlib.suppress(OSError):
+            upstream.connect(str(self.target))
+            requests, answers = conn.makefile("rb"), upstream.makefile("rb")
+            for line in requests:
+                texts = json.loads(line).get("texts")
+                if isinstance(texts, list):
+                    with self._lock:
+                        self.batches.append(len(texts))
+                upstream.sendall(line)
+                conn.sendall(answers.readline())
+
+    def close(self) -> None:
+        self._listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -71,7 +71,7 @@ def test_recall_searches_by_keywords_while_the_embedder_is_down(
     tmp_path: Path, child: Path
 ) -> None:
     config = client_config(tmp_path / "memory", "ann")
-    endpoint = Endpoint("", "", embedding.MODEL_NAME, socket=str(child))
+    endpoint = Endpoint(embedding.MODEL_NAME, str(child))
     index = ClientIndex(config, "ann", endpoint).start()
     try:
         index.layout.sessions.mkdir(parents=True, exist_ok=True)

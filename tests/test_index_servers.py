@@ -22,7 +22,7 @@ from memd.layout import ClientLayout
 from memd.supervision import Supervisor
 from tests.test_supervisor import FakeSpawner
 
-ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, "wordllama")
+ENDPOINT = Endpoint("wordllama", "/run/embedder.sock")
 
 
 def make_config(tmp_path: Path, *, shared: bool = False, milvus_uri: str = "") -> Config:

@@ -45,7 +45,7 @@ from tests.support.embedder import EmbedderChild, RecordingRelay
 from tests.support.embedding import embed_one
 from tests.support.fake_openai import FakeUpstream
 
-ENDPOINT = Endpoint("http://127.0.0.1:40000/v1", "k" * 43, embedding.MODEL_NAME)
+ENDPOINT = Endpoint(embedding.MODEL_NAME, "/run/memd/embedder.sock")
 
 
 @pytest.fixture(autouse=True)
@@ -111,18 +111,16 @@ def test_watcher_command_for_the_embedded_model(tmp_path: Path, user_home: Path)
     ]
     opts = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert opts == {
-        "--provider": "openai",
+        "--provider": "memd",
         "--model": embedding.MODEL_NAME,
-        "--base-url": ENDPOINT.base_url,
         "--collection": "memd_alice",
         "--milvus-uri": f"unix:{indexing.index_socket_path(layout)}",
     }
-    assert ENDPOINT.api_key not in " ".join(argv)
     assert cmd.cwd == layout.root  # memsearch reads .memsearch.toml from the cwd
     env = cmd.env
     assert env["HOME"] == str(indexing.watcher_home(layout))
-    assert env["OPENAI_API_KEY"] == ENDPOINT.api_key
-    assert "OPENAI_BASE_URL" not in env
+    assert env["MEMD_EMBEDDER_SOCKET"] == ENDPOINT.socket
+    assert "OPENAI_BASE_URL" not in env and "OPENAI_API_KEY" not in env
     assert env["MEMSEARCH_DIR"] == str(layout.memsearch_dir)
     assert env["HF_HOME"] == str(user_home / ".cache" / "huggingface")  # caches stay shared
     assert "127.0.0.1" in env["NO_PROXY"]
@@ -134,7 +132,7 @@ def test_the_embedder_socket_makes_the_watcher_use_memds_provider(tmp_path: Path
     config = make_config(tmp_path)
     layout = ClientLayout(config.memory_dir, "alice")
     sock = str(tmp_path / "embedder.sock")
-    at_socket = Endpoint("", "", embedding.MODEL_NAME, socket=sock)
+    at_socket = Endpoint(embedding.MODEL_NAME, sock)
     for cmd in (
         indexing.watcher_command(config, layout, at_socket),
         ClientPlan.of(config, layout).catch_up(at_socket, 0.0, "r"),

@@ -17,7 +17,7 @@ the square of the length, and a 300-token chunk took 90 ms at 256 and 41 ms at 1
 no headings, no message labels), which halves the tokens of a short exchange. Each text runs
 on its own (no padded batches), so a text's vector does not depend on what else was in
 its batch: the vector recall computes for a query is the one the watcher stored for the
-same text. One thread per run: the embedding endpoint runs requests in parallel threads,
+same text. One thread per run: the embedder child runs requests in parallel threads,
 and the machine is shared with the watchers and index servers. The graph computes in
 int8 (memd.indexing.int8_graph): the weights stay 23 MB instead of onnxruntime's 90 MB
 of folded float32, at half the CPU per text.

@@ -47,13 +47,11 @@ class IndexTarget:
 @dataclass(frozen=True)
 class Endpoint:
     """What a watcher needs to reach memd's bundled models: the embedder child's socket
-    (memsearch's `memd` provider; what the daemon names), or else an OpenAI-compatible
-    server serving them by name (base URL ending in /v1, key); and the model."""
+    (memsearch's `memd` provider) and the model. (An OpenAI-compatible URL and key were
+    the other way, for memd's HTTP endpoint, which is gone.)"""
 
-    base_url: str
-    api_key: str
     model: str
-    socket: str = ""
+    socket: str
 
 
 @dataclass(frozen=True)
@@ -80,14 +78,11 @@ def effective_model(cfg: EmbeddingConfig) -> str:
 
 def watcher_embedding(cfg: EmbeddingConfig, endpoint: Endpoint | None) -> WatcherEmbedding:
     """An embedded model is reached through the embedder child's socket (memsearch's
-    `memd` provider), or an OpenAI-compatible endpoint serving it by name."""
+    `memd` provider); any other provider as configured."""
     if uses_embedded_model(cfg):
         if endpoint is None:
-            raise ValueError("the embedded model needs memd's embedding endpoint")
-        model = effective_model(cfg)
-        if endpoint.socket:
-            return WatcherEmbedding(MEMD_PROVIDER, model, socket=endpoint.socket)
-        return WatcherEmbedding("openai", model, endpoint.base_url, endpoint.api_key)
+            raise ValueError("the embedded model needs memd's embedder child (its socket)")
+        return WatcherEmbedding(MEMD_PROVIDER, effective_model(cfg), socket=endpoint.socket)
     base_url = cfg.base_url
     if cfg.provider == "openai" and not base_url:
         base_url = OPENAI_BASE_URL  # explicit, so no OPENAI_BASE_URL variable can redirect it

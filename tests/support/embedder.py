@@ -48,7 +48,7 @@ class EmbedderChild:
 
     def endpoint(self, model: str | None = None) -> Endpoint:
         """What `EmbeddingService.endpoint` names to the watchers for `model`."""
-        return Endpoint("", "", model or self.model, socket=str(self.socket))
+        return Endpoint(model or self.model, str(self.socket))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -84,7 +84,7 @@ class RecordingRelay:
         threading.Thread(target=self._accept, daemon=True, name="relay").start()
 
     def endpoint(self, model: str = embedding.MODEL_NAME) -> Endpoint:
-        return Endpoint("", "", model, socket=str(self.socket))
+        return Endpoint(model, str(self.socket))
 
     def _accept(self) -> None:
         while True:

@@ -6,7 +6,7 @@ The programs (each run as `python -m <module>`, forked from memd's zygote or spa
 - `shared_index_server`: every client's index servers in one process;
 - `memsearch_watch`: `memsearch watch` with memd's patches;
 - `catch_up_child`: a one-shot indexing of the files a new watcher may have missed;
-- `embedder`: the bundled embedding models, for the watchers (through memd's endpoint)
+- `embedder`: the bundled embedding models, for the watchers (memsearch's `memd` provider)
   and recall's queries.
 
 They share one start-up routine (`startup.start`: arguments, heap, logging, the engine

@@ -19,10 +19,11 @@ connection, a bad line answered with an error and the connection kept):
     {"op": "embed", "model": NAME, "texts": [...]} -> {"ok": true, "result": [{"f32": b64}, ...]}
     {"op": "ping"}                                   -> {"ok": true, "result": true}
 
-Connections run in parallel threads (onnxruntime's `run` lets go of the GIL); memd's
-endpoint splits a batch of 16 texts or more over two connections, as it did over two
-threads when the model lived in memd. The default model is loaded before the socket is
-bound, so "the socket answers" (memd's readiness check) means "it embeds".
+Connections run in parallel threads (onnxruntime's `run` lets go of the GIL); the
+watchers' provider splits a batch of 16 texts or more over two connections, as memd's
+endpoint did over two threads when the model lived in memd. The default model is loaded
+before the socket is bound, so "the socket answers" (memd's readiness check) means "it
+embeds".
 
 Run: python -m memd.indexing.children.embedder --socket PATH [--model NAME]
 SIGINT/SIGTERM: close the socket and exit.

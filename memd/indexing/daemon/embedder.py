@@ -104,7 +104,7 @@ class EmbeddingService:
         sock = socket_path(config.memory_dir)
         if self._query is None:
             self._query = EmbedderClient(sock)
-        return Endpoint("", "", model, socket=str(sock))
+        return Endpoint(model, str(sock))
 
     async def stop(self) -> None:
         """No client embeds with a bundled model any more: stop the child."""

@@ -64,7 +64,7 @@ def started_by_memd(config: Config, layout: ClientLayout, argv: Sequence[str]) -
     """Whether `argv` is this client's index server or watcher as memd starts them: the
     interpreter, module and the client's own data folder or sessions/ must all match."""
     plan = ClientPlan.of(config, layout)
-    placeholder = Endpoint("http://127.0.0.1:0/v1", "", "")  # argv[:5] never names it
+    placeholder = Endpoint("", "")  # argv[:5] never names it
     commands = [plan.watcher(placeholder).argv]
     if plan.index_server is not None:
         commands.append(plan.index_server.argv)

@@ -297,7 +297,7 @@ class Pipelines:
         return out
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Stop every child within `timeout`, then the endpoint."""
+        """Stop every child within `timeout`, then the embedder."""
         self.on_demand.close()
         for task in (self._catch_up_task, self._on_demand_task):
             if task is not None:

@@ -79,11 +79,6 @@ class ClientPlan:
         return self.layout.client_id
 
     @property
-    def embedded(self) -> bool:
-        """The model is one memd bundles and serves on its own endpoint."""
-        return uses_embedded_model(self.embedding)
-
-    @property
     def batch_size(self) -> int:
         return int(self.memsearch_toml["embedding"]["batch_size"])
 
@@ -103,7 +98,7 @@ class ClientPlan:
             argv += ["--base-url", emb.base_url]
         if self.target.token:
             argv += ["--milvus-token", f"env:{TOKEN_ENV}"]
-        env = watcher_env(self.layout, emb, self.target, embedded=self.embedded)
+        env = watcher_env(self.layout, emb, self.target)
         return Command(tuple(argv), env, self.layout.root)
 
     def catch_up(self, endpoint: Endpoint | None, since: float, run: str) -> Command:
@@ -118,7 +113,7 @@ class ClientPlan:
         argv += ["--overlap-lines", str(self.settings.overlap_lines)]
         if emb.base_url:
             argv += ["--base-url", emb.base_url]
-        env = watcher_env(self.layout, emb, self.target, embedded=self.embedded)
+        env = watcher_env(self.layout, emb, self.target)
         return Command(tuple(argv), env, self.layout.root)
 
 
@@ -137,7 +132,7 @@ def _spec(cfg: EmbeddingConfig, target: IndexTarget, layout: ClientLayout) -> In
         provider=cfg.provider,
         model=model,
         dimension=embedding.MODELS[model].dimension if embedded else None,
-        base_url="" if embedded else cfg.base_url,  # the endpoint's port changes every run
+        base_url="" if embedded else cfg.base_url,  # memd serves it: no URL
         target="local" if target.local else target.uri,
         collection=target.collection,
         analyzer=analysis.ANALYZER_NAME,

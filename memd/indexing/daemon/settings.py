@@ -60,7 +60,7 @@ class IndexSettings:
     debounce_ms: int = 300
     max_chunk_size: int = 1500
     overlap_lines: int = 2
-    batch_size: int = 0  # 0: the provider's default (memd's own endpoint: 64)
+    batch_size: int = 0  # 0: the provider's default (memd's embedded models: 64)
     ignore_files: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
 
@@ -78,7 +78,8 @@ class Command:
 class IndexSpec:
     """Fingerprint of what an index was built with; any change means rebuild.
 
-    base_url is left out for the embedded model (its loopback port changes every run).
+    base_url is "" for an embedded model (memd serves it; its old endpoint's port
+    changed every run).
     `analyzer` names the BM25 text analysis (memd.indexing.analysis): a spec recorded
     before it existed reads as "" and so rebuilds the index with the analyzer.
     `sessions` is the resolved folder the rows were indexed from: each row names its file
@@ -163,7 +164,6 @@ def watcher_env(
     emb: WatcherEmbedding,
     target: IndexTarget,
     *,
-    embedded: bool = False,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """memd's environment with the watcher's HOME, key and endpoints set by memd.

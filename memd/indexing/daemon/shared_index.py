@@ -48,6 +48,7 @@ SHARED_MODULE = programs.SHARED_INDEX_SERVER
 SYNC_TIMEOUT = 120.0  # opening a database after an unclean stop rebuilds its index files
 WAIT_READY = 30.0  # seconds a removal waits for a starting child before syncing it
 RETRY_FAILED_AFTER = 600.0  # a client that could not open is tried again (as FATAL children)
+SYNC_AGAIN = 1.0  # seconds before a sync that got no answer is tried again
 
 
 def is_shared_server(argv: Sequence[str]) -> bool:
@@ -216,20 +217,28 @@ class SharedIndex:
         ):
             self._look.set()
 
-    def _until_retry(self) -> float | None:
-        """Seconds until the clients that failed to open are tried again (None: none)."""
-        if self._retry_at is None:
-            return None
-        return max(self._retry_at - asyncio.get_running_loop().time(), 0.0)
+    def _next_look(self, failed_sync: bool) -> float | None:
+        """Seconds until `_watch` must look without a transition: soon after a sync that
+        got no answer (the child may be busy opening databases), else at the retry time
+        of clients that failed to open. None: only a transition (or a retry asked) wakes
+        it; a retry already due is done by the look after the child's next RUNNING."""
+        wait = SYNC_AGAIN if failed_sync else None
+        if self._retry_at is not None:
+            left = self._retry_at - asyncio.get_running_loop().time()
+            if left > 0:
+                wait = left if wait is None else min(wait, left)
+        return wait
 
     async def _watch(self) -> None:
         """Sync each new process once it runs (it may have read an older manifest), and
-        fall back once if the child goes FATAL. Woken by those transitions and by the
-        retry time of clients that failed to open, not by a timer."""
+        fall back once if the child goes FATAL. Woken by those transitions, by the retry
+        time of clients that failed to open and after a failed sync, not by a timer."""
+        failed_sync = False
         while not self.failed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._look.wait(), self._until_retry())
+                await asyncio.wait_for(self._look.wait(), self._next_look(failed_sync))
             self._look.clear()
+            failed_sync = False
             if SHARED_NAME not in self.supervisor:
                 continue
             child = self.supervisor.child(SHARED_NAME)
@@ -245,7 +254,7 @@ class SharedIndex:
             elif child.state == ProcessStates.RUNNING and (
                 self._pid(child) != self._synced_pid or self._retry_due()
             ):
-                await self.sync()
+                failed_sync = await self.sync() is None
 
     def _retry_due(self) -> bool:
         return self._retry_at is not None and asyncio.get_running_loop().time() >= self._retry_at

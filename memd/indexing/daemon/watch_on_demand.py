@@ -5,7 +5,8 @@ A watcher holds ~40-70 MB and wakes several times a second for nothing while its
 writes nothing. `[supervision] watcher_idle_minutes` (0: never) bounds that: once a
 client's sessions/ saw no change for that long and its watcher is RUNNING, the watcher is
 parked (`Supervisor.park`: SIGINT, then the state IDLE, which is no failure: no backoff,
-no retry count). One `watchfiles` watch over every client's sessions/ sees every write,
+no retry count). One watch over every client's sessions/ (an inotify fd read by the event
+loop, `dir_events`; watchfiles where there is no inotify) sees every write,
 memd's own transcript writes and edits made by hand alike, and starts the watcher again
 (`Supervisor.start`); a change while the watcher is still stopping starts it once the old
 process is gone. Nothing is missed: the restarted watcher's start-up scan indexes every
@@ -30,16 +31,17 @@ from pathlib import Path
 import structlog
 import watchfiles
 
+from memd.indexing.daemon import dir_events
 from memd.supervision import Supervisor
 from memd.supervision.states import ProcessStates
 
 log = structlog.get_logger()
 
-# watchfiles' thread wakes every `step` ms to look at its stop event, and (by default)
-# returns to the event loop every 5 s even when nothing changed: with rust_timeout=0 it
-# returns only with changes or when stopped. A change is seen within about a second,
-# under a watcher's start-up; measured, the watch costs memd ~1 wake-up/s (3.6/s with
-# step 500 ms and the default timeout).
+# Where inotify is missing: watchfiles' thread wakes every `step` ms to look at its stop
+# event, and (by default) returns to the event loop every 5 s even when nothing changed:
+# with rust_timeout=0 it returns only with changes or when stopped. A change is seen
+# within about a second, under a watcher's start-up; measured, the watch costs memd ~1
+# wake-up/s (3.6/s with step 500 ms and the default timeout).
 WATCH_STEP_MS = 1000
 MAX_CHECK_EVERY = 30.0  # seconds: the longest sleep between idle checks
 IDLE = ProcessStates.IDLE
@@ -69,6 +71,7 @@ class WatchOnDemand:
         self._poke = asyncio.Event()  # a new deadline: look again
         self.wakes = 0  # watchers started on demand (status, tests)
         self._stop: asyncio.Event | None = None  # the running watch's stop event
+        self._end: Callable[[], None] | None = None  # ends the running inotify watch
 
     @property
     def enabled(self) -> bool:
@@ -128,6 +131,8 @@ class WatchOnDemand:
         self.idle_seconds = 0.0
         if self._stop is not None:
             self._stop.set()
+        if self._end is not None:
+            self._end()
 
     def _client_of(self, path: str) -> str | None:
         changed = Path(path)
@@ -158,7 +163,18 @@ class WatchOnDemand:
             await asyncio.gather(checks, return_exceptions=True)
 
     async def _watch(self, folders: list[Path]) -> None:
-        """One watchfiles watch over `folders`, until the set of clients changes."""
+        """One watch over `folders`, until the set of clients changes: inotify on the
+        event loop where there is one (`dir_events`: no wake-up while nothing changes),
+        else watchfiles, whose thread looks at its stop event every WATCH_STEP_MS."""
+        events = None
+        if dir_events.available():
+            try:
+                events = dir_events.DirEvents(folders)
+            except OSError as exc:  # out of inotify watches, say: watchfiles polls instead
+                log.warning("watcher.inotify_unavailable", error=str(exc))
+        if events is not None:
+            await self._watch_inotify(events)
+            return
         stop = self._stop = asyncio.Event()
         waiter = asyncio.create_task(self._changed.wait())
         waiter.add_done_callback(lambda _: stop.set())
@@ -176,6 +192,20 @@ class WatchOnDemand:
         finally:
             waiter.cancel()
             self._stop = None
+
+    async def _watch_inotify(self, events: dir_events.DirEvents) -> None:
+        self._end = events.close
+        waiter = asyncio.create_task(self._changed.wait())
+        waiter.add_done_callback(lambda _: events.close())
+        try:
+            async for paths in events.changes():
+                for client_id in {self._client_of(str(path)) for path in paths}:
+                    if client_id is not None:
+                        self.touch(client_id)
+        finally:
+            waiter.cancel()
+            events.close()
+            self._end = None
 
     async def _check_loop(self) -> None:
         while True:

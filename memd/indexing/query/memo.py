@@ -4,9 +4,10 @@ Recall analyses every candidate's text (its terms, the dates it says) and the sa
 come back search after search, so those results are remembered. A `functools.lru_cache`
 keyed by the text keeps the text itself alive as its key: ~0.8 KB for an exchange's
 chunk, most of what such a cache holds once it is full (measured for issue 29: 3.4 KB an
-entry for the term sets, 1.1 KB for the dates; an hour of `bench/load.py` fills both, 21
-MB of memd's PSS). Here the key is the text's 16-byte BLAKE2b digest (a microsecond to
-compute, and no two texts in practice share one), and the value is what was computed.
+entry for the term sets, 1.1 KB for the dates, 21.6 MB at capacity, which a long run of
+`bench/load.py` reaches). Here the key is the text's 16-byte BLAKE2b digest (a
+microsecond or two to compute, and no two texts in practice share one), and the value
+is what was computed (docs/performance.md, "memd itself").
 """
 
 from __future__ import annotations

@@ -93,7 +93,6 @@ TEMPLATE = """\
 # follow_questions = {r[follow_questions]}
 # neighbours = {r[neighbours]}
 # context_chars = {r[context_chars]}
-# feedback_terms = {r[feedback_terms]}
 
 # [limits]                    # bounds that keep one caller from stalling the others
 # max_connections = {l[max_connections]}

@@ -160,13 +160,10 @@ class RecallConfig:
     user's next message (its answer); with `neighbours`, a matching exchange right before
     or after a result is shown inside it, clipped. While the results' text is under
     `context_chars` characters (0: off), the exchanges after and before the best results
-    are added inside them (memd.recall.surround). `feedback_terms` words of the first
-    search's best results go into a second keyword search that orders the results
-    (memd.indexing.query.feedback; 0: off)."""
+    are added inside them (memd.recall.surround)."""
 
     bm25_weight: float = 0.7
     inference_bm25_weight: float = 0.4
-    feedback_terms: int = 10
     min_score: float = 0.055
     drop_below: float = 0.005
     follow_questions: bool = True

@@ -63,8 +63,6 @@ def _recall(parser: Parser, _data: Mapping[str, Any], rec: RecallConfig) -> None
         raise parser.fail("recall.drop_below", "must not be above recall.min_score")
     if rec.context_chars < 0:
         raise parser.fail("recall.context_chars", "must be 0 (off) or a positive number")
-    if not 0 <= rec.feedback_terms <= MAX_FEEDBACK_TERMS:
-        raise parser.fail("recall.feedback_terms", f"must be 0 (off) to {MAX_FEEDBACK_TERMS}")
 
 
 def _compaction(parser: Parser, data: Mapping[str, Any], comp: CompactionConfig) -> None:
@@ -139,8 +137,6 @@ def _limits(parser: Parser, _data: Mapping[str, Any], limits: LimitsConfig) -> N
     if limits.index_exchange_kib < 0:
         raise parser.fail("limits.index_exchange_kib", "must be 0 (no bound) or more")
 
-
-MAX_FEEDBACK_TERMS = 50  # [recall] feedback_terms: more would drown the question's own words
 
 _KIND_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}\Z")
 

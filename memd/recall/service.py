@@ -27,7 +27,7 @@ import structlog
 from memd import trust
 from memd.config import RecallConfig
 from memd.indexing import Hit, IndexSearcher, IndexUnavailableError, Section
-from memd.indexing.query.ranking import query_feedback, query_weight
+from memd.indexing.query.ranking import query_weight
 from memd.layout import ClientLayout
 from memd.markdown import (
     HEADING_TIME,
@@ -131,7 +131,6 @@ class _Recall:
             query_weight(
                 self.query, self.settings.bm25_weight, self.settings.inference_bm25_weight
             ),
-            (query_feedback(self.query, self.settings.feedback_terms), self.settings.min_score),
         )
         self.searched = time.monotonic()
         hits = relevant(hits, self.settings.min_score, self.settings.drop_below)
@@ -180,23 +179,14 @@ def _search_by(
     after: datetime | None,
     before: datetime | None,
     bm25_weight: float,
-    feedback: tuple[int, float] = (0, 0.0),
 ) -> list[Hit]:
     """Runs on a lane thread, maybe after a wait in the lane's queue: search in the time
     that is left, so a busy lane never starts work its caller has stopped waiting for."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise IndexUnavailableError("the recall waited its whole timeout behind earlier ones")
-    terms, floor = feedback
     return searcher.search(
-        query,
-        fetch,
-        after=after,
-        before=before,
-        timeout=left,
-        bm25_weight=bm25_weight,
-        feedback_terms=terms,
-        floor=floor,
+        query, fetch, after=after, before=before, timeout=left, bm25_weight=bm25_weight
     )
 
 

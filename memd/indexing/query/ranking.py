@@ -63,14 +63,6 @@ def query_weight(query: str, bm25_weight: float, inference_bm25_weight: float) -
     return min(bm25_weight, inference_bm25_weight)
 
 
-def query_feedback(query: str, feedback_terms: int) -> int:
-    """The feedback words a query is searched with (memd.indexing.query.feedback): none
-    for a question that asks for an inference, whose dense-led search would be pulled
-    back to the words of its first results (open-domain @5 0.451 -> 0.432 on LoCoMo dev
-    with them, docs/quality.md round 7)."""
-    return 0 if asks_inference(query) else feedback_terms
-
-
 @dataclass(frozen=True)
 class Tuning:
     """How one embedding model's cosines enter the fusion and the relevance.

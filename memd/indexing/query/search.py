@@ -30,7 +30,7 @@ import structlog
 
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
-from memd.indexing.query import feedback, ranking
+from memd.indexing.query import ranking
 from memd.indexing.query.embedder_client import EmbedderClient
 from memd.indexing.query.index_client import (
     IndexClient,
@@ -122,15 +122,10 @@ class IndexSearcher:
         before: datetime | None = None,
         timeout: float | None = None,
         bm25_weight: float | None = None,
-        feedback_terms: int = 0,
-        floor: float = 0.0,
     ) -> list[Hit]:
         """The top chunks for `query`, best first; [] when nothing is indexed yet.
 
-        Each hit's `score` is its calibrated relevance (memd.indexing.query.ranking).
-        With `feedback_terms` > 0, when the first search found a hit of relevance `floor` or
-        more, a second keyword request adds that many words of its best hits and orders
-        the results (memd.indexing.query.feedback)."""
+        Each hit's `score` is its calibrated relevance (memd.indexing.query.ranking)."""
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
         if not query.strip():
@@ -141,10 +136,7 @@ class IndexSearcher:
         fetch = top_k * 2 if timed else top_k
         vector = self._vector(query, deadline)
         weight = self.bm25_weight if bm25_weight is None else bm25_weight
-        fed = (feedback_terms, floor)
-        rows = self._call(
-            lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight, fed)
-        )
+        rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight))
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
 
@@ -243,7 +235,6 @@ class IndexSearcher:
         expr: str,
         deadline: float,
         bm25_weight: float,
-        fed: tuple[int, float] = (0, 0.0),
     ) -> list[dict[str, Any]]:
         """Both halves, fused in memd (memd.indexing.query.ranking); `score` is the relevance.
 
@@ -251,7 +242,7 @@ class IndexSearcher:
         READY_SECONDS (three round trips, ~10 ms of a recall under load); a search that
         fails in between is checked again at once, so a dropped or emptied collection
         still answers nothing rather than an error."""
-        args = (client, vector, query, limit, expr, deadline, bm25_weight, fed)
+        args = (client, vector, query, limit, expr, deadline, bm25_weight)
         if time.monotonic() < self._ready_until:
             try:
                 return self._fused(*args)
@@ -276,22 +267,11 @@ class IndexSearcher:
         expr: str,
         deadline: float,
         bm25_weight: float,
-        fed: tuple[int, float] = (0, 0.0),
     ) -> list[dict[str, Any]]:
         pool, w = max(limit, CANDIDATES), bm25_weight
         tuned = self._tuned if vector else ranking.KEYWORDS_ONLY
         dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
-        count, floor = fed
-        if count <= 0 or not vector or not 0.0 < w < 1.0:
-            return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
-        rows = ranking.fused_rows(dense, keyword, vector, query, 2 * pool, w, tuned=tuned)
-        extra = feedback.words(rows, query, count)
-        if not extra or not any(r["score"] >= floor for r in rows[:limit]):
-            return rows[:limit]  # nothing relevant: the answer stays nothing
-        text = feedback.expanded(query, extra)
-        again = keyword_half(client, self.target.collection, text, pool, expr, deadline)
-        order = ranking.fused_rows(dense, again, vector, query, limit, w, tuned=tuned)
-        return _scored_first(order, rows, dense, again, keyword, vector, query, w, tuned)
+        return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
@@ -338,45 +318,6 @@ def halves(
     dense = SearchRequest(vector, "embedding", "COSINE", pool, OUTPUT_FIELDS, expr)
     both = client.searches(name, [dense, keyword], known="chunk_hash", timeout=_remaining(deadline))
     return both[0], both[1]
-
-
-def keyword_half(
-    client: IndexClient, name: str, text: str, pool: int, expr: str, deadline: float
-) -> list[dict[str, Any]]:
-    """The best `pool` chunks by BM25 for `text`, with their embeddings (the second
-    request of a search with feedback)."""
-    request = SearchRequest(
-        text, "sparse_vector", "BM25", pool, [*OUTPUT_FIELDS, "embedding"], expr
-    )
-    [hits] = client.searches(name, [request], known="chunk_hash", timeout=_remaining(deadline))
-    return hits
-
-
-def _scored_first(
-    order: list[dict[str, Any]],
-    rows: list[dict[str, Any]],
-    dense: list[dict[str, Any]],
-    again: list[dict[str, Any]],
-    keyword: list[dict[str, Any]],
-    vector: list[float],
-    query: str,
-    weight: float,
-    tuned: ranking.Tuning,
-) -> list[dict[str, Any]]:
-    """`order`'s rows with the relevance the first search's scoring gives them: a chunk
-    only the second request found joins that scoring by its cosine alone, so feedback
-    words never raise a result's relevance (nor let a question of someone else's through)."""
-    known = {r["chunk_hash"] for r in rows}
-    joined = list(dense)
-    for hit in again:
-        entity = dict(hit["entity"])
-        vec = entity.pop("embedding", None) or []
-        if entity["chunk_hash"] not in known and vec:
-            joined.append({"distance": ranking.cosine(vector, vec), "entity": entity})
-    everything = len(joined) + len(keyword)
-    scored = ranking.fused_rows(joined, keyword, vector, query, everything, weight, tuned=tuned)
-    first = {r["chunk_hash"]: r for r in scored}
-    return [first.get(r["chunk_hash"], r) for r in order]
 
 
 def _remaining(deadline: float) -> float:

@@ -45,7 +45,7 @@ from memd.indexing.targets import IndexTarget, effective_model
 
 log = structlog.get_logger()
 
-CANDIDATES = 20  # from each half, before fusion (30 finds no more on LoCoMo, costs ~5 ms)
+CANDIDATES = 60  # from each half, before fusion (20 -> 60: docs/quality.md round 7)
 DEFAULT_TIMEOUT = 10.0
 READY_SECONDS = 5.0  # how long a collection found ready is taken to stay so
 QUERY_VECTORS = 64  # the latest queries' embeddings kept (IndexSearcher._vector)

@@ -314,7 +314,7 @@ def _blank(path: Path) -> bool:
         return False  # unreadable: load_config reports it
 
 
-CONFIG_WATCH_STEP_MS = 1000  # watchfiles (no inotify): an edit is noticed within ~1 s
+CONFIG_WATCH_STEP_MS = 1000  # an edit is noticed within about a second
 CONFIG_QUIET = 0.3  # seconds a config file must stay unchanged before it is read
 CONFIG_SETTLE_LIMIT = 5.0  # a file that never settles is read anyway after this long
 

@@ -81,30 +81,3 @@ def test_an_idle_watch_has_no_thread(tmp_path: Path) -> None:
 async def _drain(events: DirEvents) -> None:
     async for _ in events.changes():
         pass
-
-
-def test_a_flat_watch_leaves_subfolders_alone(tmp_path: Path) -> None:
-    """The config's folder may hold memd's whole memory tree (a test's, say): memd watches
-    it without its subfolders."""
-    (tmp_path / "memory").mkdir()
-
-    async def scenario() -> set[Path]:
-        events = DirEvents([tmp_path], recursive=False)
-        seen: set[Path] = set()
-
-        async def consume() -> None:
-            async for batch in events.changes():
-                seen.update(batch)
-
-        task = asyncio.create_task(consume())
-        await asyncio.sleep(0)
-        (tmp_path / "memory" / "deep.md").write_text("not seen")
-        (tmp_path / "config.toml").write_text("seen")
-        while tmp_path / "config.toml" not in seen:
-            await asyncio.sleep(0.01)
-        events.close()
-        await asyncio.wait_for(task, 30)
-        return seen
-
-    seen = asyncio.run(asyncio.wait_for(scenario(), 60))
-    assert tmp_path / "memory" / "deep.md" not in seen

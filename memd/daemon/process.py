@@ -19,7 +19,6 @@ from memd.api import build_registry
 from memd.config import Config, ConfigError, load_config
 from memd.daemon.notify import SystemdNotifier
 from memd.daemon.runtime import Runtime
-from memd.indexing.daemon import dir_events
 from memd.rpc import RpcServer
 from memd.supervision.procs import tree_pss
 
@@ -197,12 +196,6 @@ class Daemon:
             log.warning("config.not_watched", reason="folder does not exist", path=str(folder))
             return
         name = self.config_path.name
-        if dir_events.available():
-            try:
-                await self._watch_config_inotify(folder)
-                return
-            except OSError as exc:  # out of inotify watches, say: watchfiles polls instead
-                log.warning("config.inotify_unavailable", error=str(exc))
 
         def is_config(change: watchfiles.Change, path: str) -> bool:
             return Path(path).name == name
@@ -220,21 +213,6 @@ class Daemon:
             recursive=False,
         ):
             await self.reload()
-
-    async def _watch_config_inotify(self, folder: Path) -> None:
-        """The config's folder on an inotify fd read by the event loop: no thread that
-        wakes every CONFIG_WATCH_STEP_MS (`dir_events`); `reload` waits for the file to
-        settle, as watchfiles' debounce did."""
-        events = dir_events.DirEvents([folder], recursive=False)
-        stopping = asyncio.create_task(self._stop.wait())
-        stopping.add_done_callback(lambda _: events.close())
-        try:
-            async for paths in events.changes():
-                if any(path.name == self.config_path.name for path in paths):
-                    await self.reload()
-        finally:
-            stopping.cancel()
-            events.close()
 
     async def _poll_config(self, interval: float = 2.0) -> None:
         """A slow stat() check behind the watcher: catches an edit made before the

@@ -4,9 +4,7 @@ watchfiles runs its watch on a thread that wakes every `step` to look at its sto
 memd's watch of every client's `sessions/` cost a wake-up a second while nothing at all
 happened. Here the kernel's inotify fd is one more reader of the event loop, so an idle
 watch costs nothing. Folders are watched with their subfolders (new ones are added as
-they appear) unless `recursive` is False; where inotify is missing (`available()` is
-False) callers keep watchfiles. memd watches every client's `sessions/` and its
-config's folder this way.
+they appear); where inotify is missing (`available()` is False) callers keep watchfiles.
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ class DirEvents:
     """One inotify fd over `folders` and their subfolders; `changes()` yields the paths
     that changed, a batch per read. `close()` ends it."""
 
-    def __init__(self, folders: Sequence[Path], recursive: bool = True) -> None:
+    def __init__(self, folders: Sequence[Path]) -> None:
         assert _LIBC is not None, "inotify is not available: check available() first"
         fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
@@ -56,7 +54,6 @@ class DirEvents:
         self._roots = {Path(f) for f in folders}
         self._queue: asyncio.Queue[set[Path] | None] = asyncio.Queue()
         self._reading = False
-        self._recursive = recursive
         for folder in folders:
             self._add_tree(Path(folder))
 
@@ -69,8 +66,6 @@ class DirEvents:
 
     def _add_tree(self, folder: Path) -> None:
         self._add(folder)
-        if not self._recursive:
-            return
         for root, dirs, _ in os.walk(folder):
             for name in dirs:
                 with contextlib.suppress(OSError):  # gone meanwhile
@@ -113,7 +108,7 @@ class DirEvents:
                 continue
             path = folder / os.fsdecode(name) if name else folder
             changed.add(path)
-            if self._recursive and mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO):
+            if mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO):
                 with contextlib.suppress(OSError):
                     self._add_tree(path)
         if changed:

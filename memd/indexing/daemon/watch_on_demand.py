@@ -5,8 +5,7 @@ A watcher holds ~40-70 MB and wakes several times a second for nothing while its
 writes nothing. `[supervision] watcher_idle_minutes` (0: never) bounds that: once a
 client's sessions/ saw no change for that long and its watcher is RUNNING, the watcher is
 parked (`Supervisor.park`: SIGINT, then the state IDLE, which is no failure: no backoff,
-no retry count). One watch over every client's sessions/ (an inotify fd read by the event
-loop, `dir_events`; watchfiles where there is no inotify) sees every write,
+no retry count). One `watchfiles` watch over every client's sessions/ sees every write,
 memd's own transcript writes and edits made by hand alike, and starts the watcher again
 (`Supervisor.start`); a change while the watcher is still stopping starts it once the old
 process is gone. Nothing is missed: the restarted watcher's start-up scan indexes every
@@ -37,11 +36,11 @@ from memd.supervision.states import ProcessStates
 
 log = structlog.get_logger()
 
-# Where inotify is missing: watchfiles' thread wakes every `step` ms to look at its stop
-# event, and (by default) returns to the event loop every 5 s even when nothing changed:
-# with rust_timeout=0 it returns only with changes or when stopped. A change is seen
-# within about a second, under a watcher's start-up; measured, the watch costs memd ~1
-# wake-up/s (3.6/s with step 500 ms and the default timeout).
+# watchfiles' thread wakes every `step` ms to look at its stop event, and (by default)
+# returns to the event loop every 5 s even when nothing changed: with rust_timeout=0 it
+# returns only with changes or when stopped. A change is seen within about a second,
+# under a watcher's start-up; measured, the watch costs memd ~1 wake-up/s (3.6/s with
+# step 500 ms and the default timeout).
 WATCH_STEP_MS = 1000
 MAX_CHECK_EVERY = 30.0  # seconds: the longest sleep between idle checks
 IDLE = ProcessStates.IDLE

@@ -30,7 +30,6 @@ from pathlib import Path
 import structlog
 import watchfiles
 
-from memd.indexing.daemon import dir_events
 from memd.supervision import Supervisor
 from memd.supervision.states import ProcessStates
 
@@ -70,7 +69,6 @@ class WatchOnDemand:
         self._poke = asyncio.Event()  # a new deadline: look again
         self.wakes = 0  # watchers started on demand (status, tests)
         self._stop: asyncio.Event | None = None  # the running watch's stop event
-        self._end: Callable[[], None] | None = None  # ends the running inotify watch
 
     @property
     def enabled(self) -> bool:
@@ -130,8 +128,6 @@ class WatchOnDemand:
         self.idle_seconds = 0.0
         if self._stop is not None:
             self._stop.set()
-        if self._end is not None:
-            self._end()
 
     def _client_of(self, path: str) -> str | None:
         changed = Path(path)
@@ -162,18 +158,7 @@ class WatchOnDemand:
             await asyncio.gather(checks, return_exceptions=True)
 
     async def _watch(self, folders: list[Path]) -> None:
-        """One watch over `folders`, until the set of clients changes: inotify on the
-        event loop where there is one (`dir_events`: no wake-up while nothing changes),
-        else watchfiles, whose thread looks at its stop event every WATCH_STEP_MS."""
-        events = None
-        if dir_events.available():
-            try:
-                events = dir_events.DirEvents(folders)
-            except OSError as exc:  # out of inotify watches, say: watchfiles polls instead
-                log.warning("watcher.inotify_unavailable", error=str(exc))
-        if events is not None:
-            await self._watch_inotify(events)
-            return
+        """One watchfiles watch over `folders`, until the set of clients changes."""
         stop = self._stop = asyncio.Event()
         waiter = asyncio.create_task(self._changed.wait())
         waiter.add_done_callback(lambda _: stop.set())
@@ -191,20 +176,6 @@ class WatchOnDemand:
         finally:
             waiter.cancel()
             self._stop = None
-
-    async def _watch_inotify(self, events: dir_events.DirEvents) -> None:
-        self._end = events.close
-        waiter = asyncio.create_task(self._changed.wait())
-        waiter.add_done_callback(lambda _: events.close())
-        try:
-            async for paths in events.changes():
-                for client_id in {self._client_of(str(path)) for path in paths}:
-                    if client_id is not None:
-                        self.touch(client_id)
-        finally:
-            waiter.cancel()
-            events.close()
-            self._end = None
 
     async def _check_loop(self) -> None:
         while True:

@@ -1,5 +1,5 @@
 """pandas stays out of memd's processes: pymilvus imports it at module level, memd gives it
-a stand-in that loads the real one only on use (memd.indexing.engine.standins).
+a stand-in that loads the real one only on use (memd.standins).
 Real daemon, real memsearch watch, real Milvus Lite, the real model."""
 
 from __future__ import annotations

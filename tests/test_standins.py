@@ -1,4 +1,4 @@
-"""The stand-ins pymilvus gets for pandas and requests (memd.indexing.engine.standins):
+"""The stand-ins pymilvus gets for pandas and requests (memd.standins):
 neither is imported until something uses it, and then the real one works for everyone. Each case
 runs in a fresh interpreter (the stand-in is process-wide, and pytest may import pandas)."""
 
@@ -77,7 +77,7 @@ def test_pyarrow_is_kept_from_importing_pandas_and_works_with_it_later() -> None
     run(
         """
         import pyarrow as pa
-        from memd.indexing.engine import standins
+        from memd import standins
         standins.keep_out_of_pyarrow()
         assert pa.array([1, None]).null_count == 1 and pa.array(["a"]).type == pa.string()
         assert pa.table({"a": [1.5]}).num_rows == 1 and not pandas_imported()

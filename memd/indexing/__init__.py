@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memd import lazy_face
-from memd.indexing.engine.standins import install as _install_standins
+from memd.standins import install as _install_standins
 
 # pymilvus is imported only by code in this package, in memd and in every child program
 # (the zygote's preload too): from here on, it gets a pandas and a requests that load on
-# first use (memd.indexing.engine.standins; ~30 MB of the zygote and its forks, issue 29).
+# first use (memd.standins; ~30 MB of the zygote and its forks, issue 29).
 _install_standins()
 
 if TYPE_CHECKING:

@@ -16,9 +16,11 @@ programs turn either error into one log line and an exit, which supervision show
 FATAL. `REGISTRY.reset()` puts every original back (tests).
 
 `reads` holds the private members memd only reads (no patch): the query path may use it.
-`standins` keeps pandas and requests, which pymilvus imports and memd never uses, out
-of every process (installed by `memd.indexing` itself, before anything imports pymilvus;
-each role's prepare also has pyarrow, through its private `_pandas_api`, give up on pandas).
+`memd.standins` keeps pandas and requests, which pymilvus imports and memd never uses,
+out of every process (installed by the `memd.indexing` face itself, before anything
+imports pymilvus, and kept outside this package so that importing the face loads none of
+it; each role's prepare also has pyarrow, through its private `_pandas_api`, give up on
+pandas).
 Nothing outside this package and the child programs imports the patch modules
 (import-linter, pyproject.toml).
 """

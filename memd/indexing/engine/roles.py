@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-from memd.indexing.engine import standins
+from memd import standins
 from memd.indexing.engine.pins import check_versions
 from memd.indexing.engine.registry import REGISTRY, Registry
 from memd.indexing.index_lock import ENV as INDEX_LOCK_ENV

@@ -25,7 +25,7 @@ from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
-from memd.recall import RecallLane
+from memd.recall import RecallLane, RecentFiles
 from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
@@ -73,6 +73,8 @@ class Runtime:
         self.privacy = PrivacyDesk(self)
         self.edits = EditWatch()  # text a person removed from sessions/ (memd.daemon.edits)
         self._rebuilds: dict[str, asyncio.Task[None]] = {}
+        # Transcripts recall read, kept between recalls: one budget for every client.
+        self.recent_files = RecentFiles()
 
     async def forget(
         self, client_id: str, selector: Selector, dry_run: bool = False
@@ -186,7 +188,12 @@ class Runtime:
             for info in await sessions.list_sessions():
                 if info["state"] == "ended":
                     await self.compactor.submit(client_id, info["session_id"])
-        return ClientRuntime(layout=layout, sessions=sessions, pipelines=self.pipelines)
+        return ClientRuntime(
+            layout=layout,
+            sessions=sessions,
+            pipelines=self.pipelines,
+            recall_lane=RecallLane(self.recent_files),
+        )
 
     def _restore_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
         """A resumed conversation needs its raw transcript back in sessions/ first."""

@@ -109,3 +109,21 @@ def _module_of(face: str, name: str) -> str:
         elif word == name:
             return module
     raise AssertionError(f"{name} is not in {face}'s face")
+
+
+def test_no_public_name_is_shadowed_by_a_submodule_of_that_name() -> None:
+    """Importing `pkg.name` sets `pkg.name` to the module: a face that exports a function
+    `name` from a package holding a module `name` hands out the module once anything
+    imported it (it happened: `memd.indexing.catch_up` became the catch-up loop module)."""
+    code = (
+        "import importlib, pkgutil, types, memd\n"
+        f"faces = {FACES!r}\n"
+        "for m in pkgutil.walk_packages(memd.__path__, 'memd.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(sorted(f'{f}.{n}' for f in faces for n in importlib.import_module(f).__all__\n"
+        "             if isinstance(getattr(importlib.import_module(f), n), types.ModuleType)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]"

@@ -4,7 +4,7 @@ run to its end, and its report.
 The child is spawned through the pipeline's spawner (forked from the zygote when it
 runs), but not supervised: it is waited for once, without blocking the event loop, and
 not restarted; a failure raises `CatchUpFailedError`, which the pipeline logs, and it
-tries again from the same `since` (`memd.indexing.daemon.catch_up.CATCH_UP_RETRY`).
+tries again from the same `since` (`memd.indexing.daemon.catch_ups.CATCH_UP_RETRY`).
 The report is the child's JSON line, tagged with a run id, read back from the tail of its
 log (its stdout) once it exited.
 """

@@ -6,7 +6,7 @@ only, from the `IndexServers` chosen once at start: one per client or one shared
 `memsearch watch` that starts once the index server answers, plus the `IndexSearcher`
 recall uses. One embedder child holds the bundled models for every watcher (over its
 socket, memsearch's `memd` provider) and recall (`memd.indexing.daemon.embedder`).
-Catch-ups after restarts: `memd.indexing.daemon.catch_up`. A change of a client's index
+Catch-ups after restarts: `memd.indexing.daemon.catch_ups`. A change of a client's index
 settings (embedding provider/model, Milvus target) stops its children, rebuilds the
 index from the markdown files if the fingerprint changed, and starts them again;
 anything else leaves running children alone.
@@ -25,7 +25,7 @@ import structlog
 
 from memd.config import Config
 from memd.indexing.daemon import leftovers, maintenance
-from memd.indexing.daemon.catch_up import CATCH_UP_MARGIN, CatchUp, CatchUps
+from memd.indexing.daemon.catch_ups import CATCH_UP_MARGIN, CatchUp, CatchUps
 from memd.indexing.daemon.embedder import EMBEDDER_NAME, EmbeddingService
 from memd.indexing.daemon.plan import ClientPlan
 from memd.indexing.daemon.servers import (
@@ -65,7 +65,7 @@ class _Pipeline:
     served: Served | None  # its index server (None: a remote Milvus server)
     watcher: str
     searcher: IndexSearcher
-    catch_up: CatchUp = field(default_factory=CatchUp)  # `memd.indexing.daemon.catch_up`
+    catch_up: CatchUp = field(default_factory=CatchUp)  # `memd.indexing.daemon.catch_ups`
 
     @property
     def layout(self) -> ClientLayout:

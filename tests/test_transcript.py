@@ -309,3 +309,16 @@ def test_titled_exchange_keeps_question_and_answer_in_one_chunk() -> None:
         assert transcript.parse_exchange_title(chunk.heading) == (WHEN, n, "")
         assert "rotate the API keys" in chunk.content
         assert f"question {n}" in chunk.content and f"answer {n}" in chunk.content
+
+
+def test_a_session_id_and_iso_time_keep_four_digit_years() -> None:
+    """glibc's `%Y` writes year 1 as `1`: the fuzz test's timestamp made a session file
+    no session-id pattern accepted."""
+    from memd.markdown.files import SESSION_ID_RE
+    from memd.markdown.transcript import iso, new_session_id
+
+    early = datetime(1, 1, 1, 14, tzinfo=UTC).timestamp()
+    assert new_session_id(early).startswith("0001-01-01T14-00-00Z-")
+    assert SESSION_ID_RE.match(new_session_id(early))
+    assert iso(early) == "0001-01-01T14:00:00Z"
+    assert iso(datetime(2026, 12, 2, 9, 5, 7, tzinfo=UTC).timestamp()) == "2026-12-02T09:05:07Z"

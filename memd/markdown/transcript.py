@@ -129,13 +129,16 @@ _PLAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:+-]*$")
 
 
 def new_session_id(started: float) -> str:
-    """Sortable by start time, readable, filename-safe: `2026-11-30T02-41-07Z-3f9a`."""
-    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    return f"{stamp}-{secrets.token_hex(2)}"
+    """Sortable by start time, readable, filename-safe: `2026-11-30T02-41-07Z-3f9a`.
+    The year is padded by hand: glibc's `%Y` writes year 1 as `1`, not `0001` (a fuzzed
+    timestamp made a session file that no session-id pattern accepts)."""
+    when = datetime.fromtimestamp(started, UTC)
+    return f"{when.year:04d}-{when:%m-%dT%H-%M-%S}Z-{secrets.token_hex(2)}"
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = datetime.fromtimestamp(ts, UTC)
+    return f"{when.year:04d}-{when:%m-%dT%H:%M:%S}Z"
 
 
 def heading_time(when: datetime) -> str:

@@ -8,22 +8,17 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support import faults
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 90.0, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy; a bounded wait, not a speed assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    """Poll until predicate() is truthy; a bounded wait, not a speed assertion
+    (`tests.support.faults.wait_for` with this module's longer default and argument order)."""
+    return faults.wait_for(predicate, timeout, what=what)
 
 
 class Child:

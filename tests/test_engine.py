@@ -217,19 +217,23 @@ def test_roles_apply_in_one_order_once_and_reset_puts_everything_back(
         "memsearch.chunking",
         "memsearch.memd_provider",
         "pymilvus.index_wait",
+        "memsearch.index_order",
         "memsearch.index_lock",
     )
     assert registry.roles == {engine.INDEX_SERVER, engine.WATCHER, engine.CATCH_UP}
     changed = {k for k, (owner, name) in targets.items() if getattr(owner, name) is not before[k]}
     assert changed == set(targets)
     count = len(registry.patches())
-    # Another lock file: the lock is wrapped again around memsearch's own function.
+    # Another lock file: the lock is wrapped again around memd's reordered indexing,
+    # which wraps memsearch's own function.
     monkeypatch.setenv("MEMD_INDEX_LOCK", str(tmp_path / "b.lock"))
     engine.prepare_catch_up(registry)
     assert len(registry.patches()) == count
+    order = [p for p in registry.patches() if p.group == "memsearch.index_order"]
     lock = [p for p in registry.patches() if p.group == "memsearch.index_lock"]
     index_file = next(k for k in targets if k.endswith("._index_file"))
-    assert [p.original for p in lock] == [before[index_file]]
+    assert [p.original for p in order] == [before[index_file]]
+    assert [p.original for p in lock] == [p.installed for p in order]
     registry.reset()
     after = {key: getattr(owner, name) for key, (owner, name) in targets.items()}
     assert after == before

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from memd.indexing import embedding
@@ -70,13 +71,18 @@ class EmbedderChild:
 
 
 class RecordingRelay:
-    """A socket in front of the embedder child that records each embed request's size."""
+    """A socket in front of the embedder child that records each embed request's size,
+    and can hold back the requests holding a word (`hold`): a test then looks at the
+    index while a watcher is in the middle of embedding."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
         self.folder = Path(tempfile.mkdtemp(prefix="memd-rel-", dir="/tmp"))
         self.socket = self.folder / "relay.sock"
         self.batches: list[int] = []
+        self.held = threading.Event()  # a request holding the word is waiting
+        self._word: str | None = None
+        self._release = threading.Event()
         self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(self.socket))
@@ -105,9 +111,29 @@ class RecordingRelay:
                 if isinstance(texts, list):
                     with self._lock:
                         self.batches.append(len(texts))
+                    self._wait_if_held(texts)
                 upstream.sendall(line)
                 conn.sendall(answers.readline())
 
+    def _wait_if_held(self, texts: list[str]) -> None:
+        word = self._word
+        if word is not None and any(word in str(t) for t in texts):
+            self.held.set()
+            self._release.wait(60)
+
+    @contextlib.contextmanager
+    def hold(self, word: str) -> Iterator[None]:
+        """Requests with a text holding `word` wait until the block ends."""
+        self.held.clear()
+        self._release.clear()
+        self._word = word
+        try:
+            yield
+        finally:
+            self._word = None
+            self._release.set()
+
     def close(self) -> None:
+        self._release.set()
         self._listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)

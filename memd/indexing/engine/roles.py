@@ -45,29 +45,33 @@ def prepare_index_server(registry: Registry = REGISTRY) -> None:
 
 def prepare_watcher(registry: Registry = REGISTRY) -> None:
     """`memsearch watch` as memd runs it: events one at a time, moves understood, memd's
-    chunking, memd's embedding provider, no sleep before a new index is looked at, and the
-    client's index lock (if memd named one)."""
-    from memd.indexing.engine import chunking, embedder_provider, index_wait, watcher
+    chunking, memd's embedding provider, no sleep before a new index is looked at, a
+    changed chunk stored before its old version is deleted, and the client's index lock
+    (if memd named one; it wraps the reordered indexing)."""
+    from memd.indexing.engine import chunking, embedder_provider, index_order, index_wait, watcher
 
     steps: list[Step] = [
         (watcher.GROUP, watcher.install, None),
         (chunking.GROUP, chunking.install, None),
         (embedder_provider.GROUP, embedder_provider.install, None),
         (index_wait.GROUP, index_wait.install, None),
+        (index_order.GROUP, index_order.install, None),
     ]
     _prepare(registry, WATCHER, steps + _index_lock_steps())
 
 
 def prepare_catch_up(registry: Registry = REGISTRY) -> None:
     """memsearch's indexing as the watcher runs it: memd's chunking (so chunk ids agree),
-    memd's embedding provider, no sleep before a new index is looked at, and the client's
-    index lock (never beside the watcher's run on the same files)."""
-    from memd.indexing.engine import chunking, embedder_provider, index_wait
+    memd's embedding provider, no sleep before a new index is looked at, new chunks stored
+    before stale ones are deleted, and the client's index lock (never beside the
+    watcher's run on the same files)."""
+    from memd.indexing.engine import chunking, embedder_provider, index_order, index_wait
 
     steps: list[Step] = [
         (chunking.GROUP, chunking.install, None),
         (embedder_provider.GROUP, embedder_provider.install, None),
         (index_wait.GROUP, index_wait.install, None),
+        (index_order.GROUP, index_order.install, None),
     ]
     _prepare(registry, CATCH_UP, steps + _index_lock_steps())
 

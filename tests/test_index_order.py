@@ -1,10 +1,12 @@
-"""A changed chunk's new version is stored before its old one is deleted
-(memd/indexing/engine/index_order.py): a real watcher, index server and embedder child,
-with the embedder's relay holding back the watcher's embedding of the changed chunk while
-the test searches.
+"""A growing transcript as the watcher indexes it: a real watcher, index server and
+embedder child, behind a relay that counts (and can hold back) the watcher's embeddings.
 
-memsearch alone deletes first: recall then answered "No relevant memories found." for a
-fact it had just found, for as long as the embedding took (CI of stop 35).
+- A changed chunk's new version is stored before its old one is deleted
+  (memd/indexing/engine/index_order.py). memsearch alone deletes first: recall then
+  answered "No relevant memories found." for a fact it had just found, for as long as the
+  embedding took (CI of stop 35).
+- Appending an exchange leaves the earlier exchanges' chunk ids alone, so only the new
+  one is embedded (memd/indexing/engine/chunking.py, `settled_end`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from tests.test_indexing import EXCHANGE, make_config, start_client, wait_watchi
 
 pytestmark = pytest.mark.slow
 ADDED = "It moved to the host zephyrhold last week.\n"  # the same chunk, other content
+SECOND = (
+    "## 2026-11-30 09:02:00 UTC · exchange 2\n\n"
+    "**User:** And the production one?\n\n"
+    "**Assistant:** Production listens on 5432.\n\n"
+)
 
 
 @pytest.fixture
@@ -65,3 +72,24 @@ def test_a_fact_stays_findable_while_its_changed_chunk_is_embedded_again(
         assert any("zephyrhold" in c for c in _found(searcher))
     finally:
         searcher.close()
+
+
+def test_appending_an_exchange_embeds_it_alone_and_keeps_the_earlier_chunk(
+    tmp_path: Path, children: list[Child], relay: RecordingRelay
+) -> None:
+    """memsearch's last chunk of a file ends at its last line; memd's transcripts end with
+    a blank line that the next exchange's heading takes, so each record moved the previous
+    exchange's end line, changed its id and embedded it again (engine/chunking.py)."""
+    client = start_client(children, make_config(tmp_path), "alice", relay.endpoint())
+    wait_watching(client)
+    session = client.layout.sessions / "s1.md"
+    session.write_text(EXCHANGE + "\n", encoding="utf-8")  # as memd writes: a blank line last
+    wait_for(lambda: len(client.rows()) == 1, what="the first exchange indexed")
+    (first,) = {row["chunk_hash"] for row in client.rows()}
+    embedded = sum(relay.batches)
+
+    with session.open("a", encoding="utf-8") as f:
+        f.write(SECOND)
+    wait_for(lambda: len(client.rows()) == 2, what="the second exchange indexed")
+    assert first in {row["chunk_hash"] for row in client.rows()}
+    assert sum(relay.batches) - embedded == 1  # the new exchange, and only it

@@ -100,9 +100,10 @@ def test_memsearchs_indexing_chunks_the_index_view_once_installed() -> None:
     import memsearch.core
 
     from memd.indexing import engine
+    from memd.indexing.engine.chunking import settled_end
 
     engine.prepare_catch_up()
     text = _file([Part("User", TRICKY), Part("Assistant", "Noted.")], 4096)
     chunks = memsearch.core.chunk_markdown(text, source="s.md")
-    assert chunks == chunk_markdown(index_view(text), source="s.md")
+    assert chunks == chunk_markdown(settled_end(index_view(text)), source="s.md")
     assert not any("Morwenna" in c.content for c in chunks)

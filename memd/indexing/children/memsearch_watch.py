@@ -6,7 +6,8 @@ routine): the watcher's file events handled one at a time and moves understood
 (`memd.indexing.engine.chunking`: memd cuts a giant exchange for the index when it writes
 it, memd.markdown.overflow), a changed chunk stored before its old version is deleted
 (`memd.indexing.engine.index_order`), and the client's index lock
-(`memd.indexing.index_lock`: not beside memd's catch-up of the same files). Everything else is memsearch's own CLI.
+(`memd.indexing.index_lock`: not beside memd's catch-up of the same files). Everything
+else is memsearch's own CLI.
 
 memsearch computes its global config path (`~/.memsearch/config.toml`) from HOME when it
 is imported. A watcher forked from memd's zygote imported it there, under the zygote's

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memd.markdown.lines import FileLines, lines_of, read_lines
+from memd.markdown.lines import FileLines, read_lines
 
 # bytes that exercise the edges: newlines, the other line breaks, broken UTF-8
 PIECES = [
@@ -84,27 +84,3 @@ def test_transcript_takes_the_lazy_path(tmp_path: Path) -> None:
     lines = read_lines(path)
     assert isinstance(lines, FileLines)
     assert lines[0].endswith("café") and len(lines) == 9
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=8)), max_size=30),
-    st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=8)), max_size=30),
-)
-def test_lines_of_a_grown_file_equal_splitlines(first: list[bytes], more: list[bytes]) -> None:
-    """Recall keeps a session's lines between recalls; after memd appends to the file only
-    the new bytes are scanned, and the answer is still exactly splitlines()."""
-    before_data, data = b"".join(first), b"".join(first) + b"".join(more)
-    before = lines_of(before_data)
-    lines = lines_of(data, before)
-    assert list(lines) == expected(data)
-    assert list(before) == expected(before_data)  # the earlier lines are left as they were
-
-
-def test_an_appended_transcript_is_scanned_from_where_it_grew() -> None:
-    before = lines_of(b"## one\n\n**User:** hi\n")
-    grown = lines_of(b"## one\n\n**User:** hi\n## two\n", before)
-    assert isinstance(before, FileLines) and before.grown_from(b"## one\n\n**User:** hi\n## two\n")
-    assert list(grown) == ["## one", "", "**User:** hi", "## two"]
-    assert not before.grown_from(b"## One\n\n**User:** hi\n## two\n")  # rewritten, not grown
-    assert not FileLines(b"a").grown_from(b"ab\n")  # no newline where it grew: scanned afresh

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
         replace_file,
         retitle,
     )
-    from memd.markdown.lines import lines_of, read_lines
+    from memd.markdown.lines import FileLines, has_other_breaks, lines_of, newlines, read_lines
     from memd.markdown.overflow import index_view
     from memd.markdown.summary import (
         code_fence,

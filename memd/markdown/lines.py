@@ -3,9 +3,10 @@
 Recall needs a few lines around each hit of a transcript that can be megabytes long.
 Splitting the whole file into line strings made tens of thousands of small objects per
 recall, live all at once: under load they pushed Python's small-object allocator to new
-arenas that other objects then pinned, and memd's RSS grew with the transcripts. Here the
-file stays one bytes object plus an array of newline positions, and a line becomes a
-string only when it is read.
+arenas that other objects then pinned, and memd's RSS grew with the transcripts. Here a
+file is an array of newline positions and a way to read bytes (the file's bytes in
+memory, or, for recall, the file itself: `FileLines.over`), and a line becomes a string
+only when it is read.
 
 `read_lines(path)` gives exactly `text.splitlines()` of the file decoded as UTF-8 with
 replacement characters (memsearch's expand reads files that way, and its line numbers
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -31,17 +32,21 @@ _NEWLINE = re.compile(b"\n")
 class FileLines(Sequence[str]):
     """Lines of UTF-8 bytes split at b"\\n" only; each decoded when indexed."""
 
-    def __init__(self, data: bytes, known: FileLines | None = None) -> None:
-        """`known`: the lines of a prefix of `data` that ends with a newline (the same file
-        before an append, `grown_from`), whose newlines need not be looked for again."""
-        self._data = data
-        self._ends: array[int] = array("q", known._ends if known is not None else ())
-        start = len(known._data) if known is not None else 0
-        # One match object alive at a time: ~5 ms for a 2.4 MB transcript (numpy took
-        # ~1 ms, but importing it cost memd ~12 MB of its ~50 MB; issue 29).
-        self._ends.extend(m.start() for m in _NEWLINE.finditer(data, start))
-        tail = 1 if data and not data.endswith(b"\n") else 0
-        self._count = len(self._ends) + tail
+    def __init__(self, data: bytes) -> None:
+        self._read: Callable[[int, int], bytes] = lambda start, end: data[start:end]
+        self._size = len(data)
+        self._ends: array[int] = array("q", newlines(data))
+        self._count = _count(self._ends, self._size)
+
+    @classmethod
+    def over(cls, read: Callable[[int, int], bytes], ends: array[int], size: int) -> FileLines:
+        """The lines of a file of `size` bytes whose newlines are at `ends`, each read with
+        `read(start, end)` when asked for: recall reads only the lines it shows from the
+        file itself (memd.recall.files), not the whole file into memory."""
+        lines = cls.__new__(cls)
+        lines._read, lines._size, lines._ends = read, size, ends
+        lines._count = _count(ends, size)
+        return lines
 
     def __len__(self) -> int:
         return self._count
@@ -65,20 +70,27 @@ class FileLines(Sequence[str]):
             raise IndexError("line index out of range")
         return self._decode(self._start(i), self._end(i))
 
-    def grown_from(self, data: bytes) -> bool:
-        """Whether `data` is these lines' bytes with more lines appended (what memd does
-        to a session's transcript between two recalls)."""
-        old = self._data
-        return len(data) > len(old) and old.endswith(b"\n") and data.startswith(old)
-
     def _start(self, i: int) -> int:
         return 0 if i == 0 else int(self._ends[i - 1]) + 1
 
     def _end(self, i: int) -> int:
-        return int(self._ends[i]) if i < len(self._ends) else len(self._data)
+        return int(self._ends[i]) if i < len(self._ends) else self._size
 
     def _decode(self, start: int, end: int) -> str:
-        return self._data[start:end].decode("utf-8", "replace")
+        return self._read(start, end).decode("utf-8", "replace")
+
+
+def newlines(data: bytes, start: int = 0, offset: int = 0) -> Iterator[int]:
+    """The positions of b"\n" in `data` from `start`, plus `offset`. One match object
+    alive at a time: ~5 ms for a 2.4 MB transcript (numpy took ~1 ms, but importing it
+    cost memd ~12 MB of its ~50 MB; issue 29)."""
+    return (m.start() + offset for m in _NEWLINE.finditer(data, start))
+
+
+def _count(ends: array[int], size: int) -> int:
+    """Lines in a file of `size` bytes with newlines at `ends`: a last line without a
+    newline counts too."""
+    return len(ends) + (1 if size and (not ends or ends[-1] != size - 1) else 0)
 
 
 def read_lines(path: Path) -> Sequence[str]:
@@ -86,22 +98,14 @@ def read_lines(path: Path) -> Sequence[str]:
     return lines_of(path.read_bytes())
 
 
-def lines_of(data: bytes, before: Sequence[str] | None = None) -> Sequence[str]:
-    """`read_lines` of bytes already read (recall reads through a checked descriptor).
-    `before`: what this gave for the same file earlier; if the file only grew since,
-    only the appended bytes are scanned."""
-    if (
-        isinstance(before, FileLines)
-        and before.grown_from(data)
-        and not _has_other_breaks(data[len(before._data) :])
-    ):
-        return FileLines(data, before)
-    if _has_other_breaks(data):
+def lines_of(data: bytes) -> Sequence[str]:
+    """`read_lines` of bytes already read."""
+    if has_other_breaks(data):
         return data.decode("utf-8", "replace").splitlines()
     return FileLines(data)
 
 
-def _has_other_breaks(data: bytes) -> bool:
+def has_other_breaks(data: bytes) -> bool:
     """Substring searches in C (a regular expression took 50 ms on a 2 MB transcript);
     ASCII text, checked fastest of all, cannot hold the multi-byte ones. In UTF-8 the lead
     bytes C2 and E2 never continue a character, so each multi-byte sequence found is

@@ -219,8 +219,26 @@ def collect(
     costs a few hundred characters instead of a result. Then the exchanges around the
     best results, within `context_chars` and `period` (memd.recall.surround).
     `files`: RecallLane.recent."""
-    sessions = layout.sessions.resolve()
     reader = LineCache(files or RecentFiles())
+    try:
+        return _collect(
+            hits, layout, top_k, follow_questions, neighbours, reader, context_chars, period
+        )
+    finally:
+        reader.close()  # the transcripts' descriptors, open since each was first shown
+
+
+def _collect(
+    hits: Sequence[Hit],
+    layout: ClientLayout,
+    top_k: int,
+    follow_questions: bool,
+    neighbours: bool,
+    reader: LineCache,
+    context_chars: int,
+    period: tuple[datetime | None, datetime | None],
+) -> list[Memory]:
+    sessions = layout.sessions.resolve()
     shown = Shown()
     out: list[Memory] = []
     follows: list[tuple[Path, int, str] | None] = []
@@ -323,9 +341,7 @@ def contained_path(source: str, sessions: Path) -> Path | None:
     return path
 
 
-def describe_source(
-    path: Path, sessions: Path, hit: Hit, reader: LineCache | None = None
-) -> Source:
+def describe_source(path: Path, sessions: Path, hit: Hit, reader: LineCache) -> Source:
     """Label a section from its path relative to the client root: never an absolute path."""
     rel = "sessions/" + path.relative_to(sessions).as_posix()
     stem = path.stem
@@ -338,8 +354,7 @@ def describe_source(
             rel, "summary", stem.removesuffix("-summary"), None, _summary_span(hit.heading)
         )
     if path.suffix == ".md" and SESSION_ID_RE.match(stem):
-        lines = reader or LineCache(RecentFiles())
-        number, started = _conversation_at(lines, path, hit.start_line)
+        number, started = _conversation_at(reader, path, hit.start_line)
         when = heading_time(hit.when) if hit.when else started
         return Source(rel, "transcript", stem, number, when)
     return Source(rel, "file", None, None, heading_time(hit.when) if hit.when else "")

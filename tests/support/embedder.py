@@ -80,6 +80,7 @@ class RecordingRelay:
         self.folder = Path(tempfile.mkdtemp(prefix="memd-rel-", dir="/tmp"))
         self.socket = self.folder / "relay.sock"
         self.batches: list[int] = []
+        self.urgent: list[bool] = []  # per embed request: whether it asked to go first
         self.held = threading.Event()  # a request holding the word is waiting
         self._word: str | None = None
         self._release = threading.Event()
@@ -107,10 +108,12 @@ class RecordingRelay:
             upstream.connect(str(self.target))
             requests, answers = conn.makefile("rb"), upstream.makefile("rb")
             for line in requests:
-                texts = json.loads(line).get("texts")
+                request = json.loads(line)
+                texts = request.get("texts")
                 if isinstance(texts, list):
                     with self._lock:
                         self.batches.append(len(texts))
+                        self.urgent.append(request.get("urgent") is True)
                     self._wait_if_held(texts)
                 upstream.sendall(line)
                 conn.sendall(answers.readline())

@@ -17,7 +17,16 @@ by `query_server.QueryServer`: 0600 in a private folder, other uids refused, a t
 connection, a bad line answered with an error and the connection kept):
 
     {"op": "embed", "model": NAME, "texts": [...]} -> {"ok": true, "result": [{"f32": b64}, ...]}
+    {"op": "embed", ..., "urgent": true}           -> the same, ahead of the others
     {"op": "ping"}                                   -> {"ok": true, "result": true}
+
+Recall's query vectors are urgent (memd.indexing.daemon.embedder asks with `urgent`):
+a user waits for them, while nobody waits for a watcher's chunk a few hundred ms. A
+request that is not urgent is embedded SLICE texts at a time, and before each slice it
+waits while any urgent one runs (`UrgentFirst`). Under bench/load.py (20 clients, 87
+records and 37 recalls a second on 2 cores) the embedder used 1.2 cores, and recall's
+query waited its share behind 20 watchers' batches: 61 % of recalls gave up after their
+10 s (index_unavailable; docs/performance.md, "Recall under load").
 
 Connections run in parallel threads (onnxruntime's `run` lets go of the GIL); the
 watchers' provider splits a batch of 16 texts or more over two connections, as memd's
@@ -32,8 +41,11 @@ SIGINT/SIGTERM: close the socket and exit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +60,9 @@ from memd.indexing.index_requests import RequestError
 log = structlog.get_logger()
 
 MAX_TEXTS = 2048  # as memd's old HTTP endpoint allowed a request
+SLICE = 4  # texts of a request that is not urgent embedded between two looks for urgent ones
+YIELD_AT_MOST = 0.5  # seconds a slice waits for urgent requests: a steady stream of
+# recalls slows indexing down, never stops it
 
 
 def zygote_preload() -> None:
@@ -57,11 +72,38 @@ def zygote_preload() -> None:
     import tokenizers  # noqa: F401
 
 
+class UrgentFirst:
+    """Urgent requests run at once; the others wait their turn while any urgent one runs
+    (at most YIELD_AT_MOST seconds a turn). Thread-safe: each connection is a thread."""
+
+    def __init__(self) -> None:
+        self._idle = threading.Condition()
+        self._urgent = 0
+
+    @contextlib.contextmanager
+    def urgent(self) -> Iterator[None]:
+        with self._idle:
+            self._urgent += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._urgent -= 1
+                if not self._urgent:
+                    self._idle.notify_all()
+
+    def wait_turn(self, at_most: float = YIELD_AT_MOST) -> bool:
+        """Wait while an urgent request runs; False when `at_most` ran out first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._urgent == 0, timeout=at_most)
+
+
 class EmbedRequests:
     """Runs one decoded request on the models (`QueryServer` calls `run` per line)."""
 
-    def __init__(self, models: embedding.Embedder) -> None:
+    def __init__(self, models: embedding.Embedder, order: UrgentFirst | None = None) -> None:
         self._models = models
+        self._order = order or UrgentFirst()
 
     def run(self, request: Any) -> Any:
         if not isinstance(request, dict):
@@ -79,7 +121,14 @@ class EmbedRequests:
             raise RequestError("'texts' must be a list of strings")
         if len(texts) > MAX_TEXTS:
             raise RequestError(f"at most {MAX_TEXTS} texts a request")
-        return self._models.embed(texts, model)
+        if request.get("urgent") is True:
+            with self._order.urgent():
+                return self._models.embed(texts, model)
+        out: list[list[float]] = []
+        for start in range(0, len(texts), SLICE):
+            self._order.wait_turn()
+            out += self._models.embed(texts[start : start + SLICE], model)
+        return out
 
 
 def serve(socket_path: Path, model: str) -> int:

@@ -103,7 +103,7 @@ class EmbeddingService:
             log.info("embedder.added", model=model)
         sock = socket_path(config.memory_dir)
         if self._query is None:
-            self._query = EmbedderClient(sock)
+            self._query = EmbedderClient(sock, urgent=True)  # a user waits for a query
         return Endpoint(model, str(sock))
 
     async def stop(self) -> None:

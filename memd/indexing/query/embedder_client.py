@@ -38,11 +38,19 @@ class EmbedderClient:
     """The embedder child, reached over its socket; thread-safe."""
 
     def __init__(
-        self, socket_path: Path, *, wait: float = 0.0, timeout: float = DEFAULT_TIMEOUT
+        self,
+        socket_path: Path,
+        *,
+        wait: float = 0.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        urgent: bool = False,
     ) -> None:
+        """`urgent`: embedded ahead of the requests that are not (recall's queries ahead
+        of the watchers' chunks: memd.indexing.children.embedder)."""
         self.socket_path = socket_path
         self.wait = wait
         self.timeout = timeout
+        self.urgent = urgent
         self._client = LiteIndexClient(socket_path, keep=8)
 
     def embed(
@@ -57,7 +65,10 @@ class EmbedderClient:
         give_up = time.monotonic() + min(self.wait, limit)
         while True:
             try:
-                result = self._client.request("embed", limit, model=model, texts=texts)
+                fields: dict[str, object] = {"model": model, "texts": texts}
+                if self.urgent:
+                    fields["urgent"] = True
+                result = self._client.request("embed", limit, **fields)
                 return [list(v) for v in result]
             except IndexRequestError as exc:
                 raise ValueError(f"the embedder refused the request: {exc}") from exc

@@ -28,6 +28,10 @@ from memd.indexing.index_requests import MAX_LINE, RequestError, decode, encode,
 log = structlog.get_logger()
 
 _TOO_LONG = f"request too long (over {MAX_LINE} bytes)"
+# Connections waiting to be accepted. 16 filled under bench/load.py (20 clients' recall
+# lanes and watchers on one shared index server, 2 busy cores): connects then failed at
+# once (EAGAIN) and the recall with them. The kernel caps it at net.core.somaxconn.
+BACKLOG = 256
 _LOAD_STATES = {"released": "NotLoad", "loading": "Loading", "loaded": "Loaded"}
 
 
@@ -223,7 +227,7 @@ class QueryServer:
         try:
             listener.bind(str(self.socket_path))
             os.chmod(self.socket_path, 0o600)
-            listener.listen(16)
+            listener.listen(BACKLOG)
         except OSError:
             listener.close()
             raise

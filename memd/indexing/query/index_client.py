@@ -20,6 +20,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 from memd.indexing.index_requests import RequestError, decode, pack_vector, query_socket_path
 from memd.indexing.targets import IndexTarget
 
+BUSY_RETRY = 0.02  # seconds between connects to a socket whose backlog is full
 MAX_IDLE = 4  # connections kept per client: recall's concurrent searches of one client
 
 
@@ -103,13 +105,27 @@ def connect(target: IndexTarget, timeout: float) -> IndexClient:
 
 
 class _Conn:
-    """One connection to the JSON socket and its reader."""
+    """One connection to the JSON socket and its reader.
+
+    A Unix socket whose listen backlog is full refuses a connect made with a timeout at
+    once (EAGAIN, `BlockingIOError`): the server is busy accepting, not gone. Under
+    bench/load.py (20 clients, 2 cores) that was most of the recalls that failed as
+    `index_unavailable`; the connect is tried again every BUSY_RETRY seconds until
+    `timeout`."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        give_up = time.monotonic() + timeout
         try:
-            self.sock.connect(str(path))
+            while True:
+                self.sock.settimeout(max(give_up - time.monotonic(), 0.001))
+                try:
+                    self.sock.connect(str(path))
+                    break
+                except BlockingIOError:
+                    if time.monotonic() + BUSY_RETRY >= give_up:
+                        raise
+                    time.sleep(BUSY_RETRY)
         except OSError:
             self.sock.close()
             raise

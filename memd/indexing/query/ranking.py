@@ -255,12 +255,27 @@ def _own_bm25(
     title matches every exchange of it alike: one conversation's exchanges then fill the
     results on the title alone. On the LoCoMo dev split this took recall@5 from 0.770 to
     0.773 (docs/quality.md, round 5); a chunk with no such title is unchanged."""
+    content = row.get("content") or ""
     wanted = set(query_terms)
-    matched = wanted.intersection(_term_set(row.get("content") or ""))
-    if not matched or cand.bm25 <= 0:
+    if cand.bm25 <= 0 or own is content or not wanted.intersection(_title_terms(row)):
+        return cand  # every query term it holds is its own: the share is 1
+    matched = wanted.intersection(_term_set(content))
+    if not matched:
         return cand
     share = len(matched.intersection(_term_set(own))) / len(matched)
     return cand if share >= 1.0 else Candidate(cand.key, cand.bm25 * share, cand.cosine)
+
+
+def _title_terms(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The terms of the conversation title in a row's exchange heading (none without).
+
+    `_own_bm25` analyses a candidate's whole text only when the query names a word of
+    its title: a chunk's terms are its own text's and its title's, so otherwise the
+    share is 1. Titles repeat over a conversation's exchanges (remembered once each),
+    while analysing every candidate's text was a third of a recall at 10k chunks with 60
+    candidates a half (py-spy, docs/performance.md, "Recall latency, round 8")."""
+    parsed = parse_exchange_heading(row.get("heading") or "")
+    return _term_set(parsed[3]) if parsed and parsed[3] else ()
 
 
 def _covered(query_terms: Sequence[str], row: Mapping[str, Any]) -> float:

@@ -2,8 +2,8 @@
 (memd.indexing.children.embedder.UrgentFirst), with the real bundled model in-process.
 
 Under bench/load.py (20 clients on 2 cores) the embedder was the busiest process, and a
-recall's query vector waited its share behind 20 watchers' batches: 61 % of recalls gave
-up after 10 s. A chunk's embedding can wait a moment; a user's query cannot.
+recall's query vector waited its share behind 20 watchers' batches. A chunk's embedding
+can wait a moment; a user's query cannot.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ Recall's query vectors are urgent (memd.indexing.daemon.embedder asks with `urge
 a user waits for them, while nobody waits for a watcher's chunk a few hundred ms. A
 request that is not urgent is embedded SLICE texts at a time, and before each slice it
 waits while any urgent one runs (`UrgentFirst`). Under bench/load.py (20 clients, 87
-records and 37 recalls a second on 2 cores) the embedder used 1.2 cores, and recall's
-query waited its share behind 20 watchers' batches: 61 % of recalls gave up after their
-10 s (index_unavailable; docs/performance.md, "Recall under load").
+records and 37 recalls a second on 2 cores) the embedder was the busiest process (1.2
+cores), and a recall's query waited its share behind 20 watchers' batches
+(docs/performance.md, "Recall under load").
 
 Connections run in parallel threads (onnxruntime's `run` lets go of the GIL); the
 watchers' provider splits a batch of 16 texts or more over two connections, as memd's

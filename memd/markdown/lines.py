@@ -81,7 +81,7 @@ class FileLines(Sequence[str]):
 
 
 def newlines(data: bytes, start: int = 0, offset: int = 0) -> Iterator[int]:
-    """The positions of b"\n" in `data` from `start`, plus `offset`. One match object
+    """The positions of b"\\n" in `data` from `start`, plus `offset`. One match object
     alive at a time: ~5 ms for a 2.4 MB transcript (numpy took ~1 ms, but importing it
     cost memd ~12 MB of its ~50 MB; issue 29)."""
     return (m.start() + offset for m in _NEWLINE.finditer(data, start))

@@ -24,7 +24,8 @@ from search_speed import BATCH, COLLECTION, QUERIES, chunks, memd_server, summar
 from memd.config import EmbeddingConfig
 from memd.indexing.index_requests import query_socket_path
 from memd.indexing.query import search
-from memd.indexing.query.index_client import IndexClient, LiteIndexClient, PymilvusIndexClient
+from memd.indexing.query.index_client import IndexClient, LiteIndexClient
+from memd.indexing.query.pymilvus_client import PymilvusIndexClient
 from memd.indexing.query.search import IndexSearcher
 from memd.indexing.targets import IndexTarget
 

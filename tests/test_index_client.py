@@ -25,9 +25,9 @@ from memd.indexing.query.index_client import (
     IndexRequestError,
     IndexTransportError,
     LiteIndexClient,
-    PymilvusIndexClient,
     SearchRequest,
 )
+from memd.indexing.query.pymilvus_client import PymilvusIndexClient
 from memd.indexing.query.search import OUTPUT_FIELDS
 from memd.indexing.query.time_filter import time_filter_expr
 from memd.indexing.targets import IndexTarget
@@ -118,15 +118,18 @@ def test_both_halves_in_one_request_leave_out_only_rows_the_first_returned(
     lite: LiteIndexClient, grpc: Any
 ) -> None:
     """Recall's two halves go in one round trip; a BM25 hit the dense half returned comes
-    back as its chunk_hash alone (no 384-float embedding), everything else as a search of
-    its own answers it. Over gRPC the same call is two searches, nothing left out."""
+    back as its chunk_hash alone, everything else as a search of its own answers it, with
+    its cosine to the dense half's vector (computed by the index server, not memd). Over
+    gRPC the same call is two searches, nothing left out, the cosines computed here."""
     vector = embed_one("Which port does staging Postgres use?")
     text = "staging Postgres port rotate certificate"
     dense = SearchRequest(vector, "embedding", "COSINE", 2, OUTPUT_FIELDS, "")
-    keyword = SearchRequest(text, "sparse_vector", "BM25", 20, [*OUTPUT_FIELDS, "embedding"], "")
+    keyword = SearchRequest(text, "sparse_vector", "BM25", 20, OUTPUT_FIELDS, "")
     first, second = lite.searches(COLLECTION, [dense, keyword], known="chunk_hash", timeout=10)
     alone = _search(lite, text, "sparse_vector", "BM25")
-    assert _plain(first) == _plain(_search(lite, vector, "embedding", "COSINE")[:2])
+    every = _search(lite, vector, "embedding", "COSINE")  # the fixture's index holds < 20
+    cosines = {h["entity"]["chunk_hash"]: h["distance"] for h in every}
+    assert _plain(first) == _plain(every[:2])
     seen = {hit["entity"]["chunk_hash"] for hit in first}
     assert [h["id"] for h in second] == [h["id"] for h in alone]
     for hit, full in zip(second, alone, strict=True):
@@ -135,11 +138,19 @@ def test_both_halves_in_one_request_leave_out_only_rows_the_first_returned(
         if key in seen:
             assert hit["entity"] == {"chunk_hash": key}
         else:
-            assert _plain([hit]) == _plain([full])
+            entity = dict(hit["entity"])
+            assert entity.pop("cosine") == pytest.approx(cosines[key], abs=1e-5)
+            assert "embedding" not in entity
+            full_entity = {k: v for k, v in full["entity"].items() if k != "embedding"}
+            assert _plain([{**hit, "entity": entity}]) == _plain([{**full, "entity": full_entity}])
     assert {h["entity"]["chunk_hash"] for h in alone} - seen  # both kinds were checked
     assert seen & {h["entity"]["chunk_hash"] for h in alone}
     over_grpc = grpc.searches(COLLECTION, [dense, keyword], known="chunk_hash", timeout=10)
-    assert [_plain(h) for h in over_grpc] == [_plain(first), _plain(alone)]
+    assert _plain(over_grpc[0]) == _plain(first)
+    for hit in over_grpc[1]:
+        key = hit["entity"]["chunk_hash"]
+        assert "embedding" not in hit["entity"]
+        assert hit["entity"]["cosine"] == pytest.approx(cosines[key], abs=1e-5)
 
 
 def test_the_checks_recall_makes_answer_as_pymilvus(lite: LiteIndexClient, grpc: Any) -> None:
@@ -182,6 +193,11 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(
                 b'{"op": "search", "collection": "memd_alice", "anns_field": "embedding", '
                 b'"metric_type": "COSINE", "data": {"f32": "!!"}}',
                 "base64",
+            ),
+            (
+                b'{"op": "searches", "collection": "memd_alice", "searches": [{}], '
+                b'"cosines": "yes"}',
+                "'cosines' must be true or false",
             ),
         ]:
             reply = ask(raw)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from memd.indexing import analysis, engine
+from memd.indexing.children.query_server import Requests
 
 DIM = 8
 WORDS = [
@@ -37,7 +38,8 @@ WORDS = [
 
 
 @pytest.fixture
-def coll(tmp_path: Path) -> Iterator[Any]:
+def lite_db(tmp_path: Path) -> Iterator[Any]:
+    """A Milvus Lite database holding collection "c" (see `coll`)."""
     engine.prepare_index_server()
     from milvus_lite.db import MilvusLite
     from milvus_lite.schema.types import (
@@ -67,8 +69,13 @@ def coll(tmp_path: Path) -> Iterator[Any]:
     c.create_index("embedding", {"index_type": "FLAT", "metric_type": "COSINE"})
     c.create_index("sparse_vector", {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"})
     c.load()
-    yield c
+    yield db
     db.close()
+
+
+@pytest.fixture
+def coll(lite_db: Any) -> Any:
+    return lite_db.get_collection("c")
 
 
 def _rows(rng: random.Random, keys: range, version: int) -> list[dict[str, Any]]:
@@ -206,3 +213,42 @@ def test_a_search_does_not_wait_for_a_compaction_holding_the_lock(coll: Any) -> 
     assert answered_while_held
     assert [h["id"] for h in found[0]] == ["late"]
     assert [h["id"] for h in nearest[0]] == ["late"]
+
+
+def _cosines_of_bm25_hits(db: Any, vector: list[float], words: str) -> dict[str, float]:
+    """What recall's two halves in one request answer of the BM25 hits' cosines."""
+    fields = ["pk", "line"]
+    dense = {"data": vector, "anns_field": "embedding", "metric_type": "COSINE", "limit": 3}
+    sparse = {"data": words, "anns_field": "sparse_vector", "metric_type": "BM25", "limit": 20}
+    request = {"op": "searches", "collection": "c", "known": "pk", "cosines": True}
+    searches = [{**dense, "output_fields": fields}, {**sparse, "output_fields": fields}]
+    first, second = Requests(db).run({**request, "searches": searches})
+    shown = {h["entity"]["pk"] for h in first}
+    assert all(len(h["entity"]) == 1 for h in second if h["entity"]["pk"] in shown)
+    return {h["entity"]["pk"]: h["entity"]["cosine"] for h in second if len(h["entity"]) > 1}
+
+
+def test_bm25_hits_get_the_cosine_a_dense_search_gives_them(lite_db: Any, coll: Any) -> None:
+    """Recall's BM25 hits come with their cosine to the query, computed by the index
+    server from its cached unit vectors (or, while rows sit in the memtable, by a dense
+    search over those rows): the same number a dense search over every row reports."""
+    rng = random.Random(11)
+    coll.insert(_rows(rng, range(0, 40), 0))
+    coll.flush()
+    coll._wait_for_bg()
+    vector = [rng.uniform(-1, 1) for _ in range(DIM)]
+
+    def dense_distances() -> dict[str, float]:
+        every = coll.search(
+            query_vectors=[vector], top_k=100, anns_field="embedding", metric_type="COSINE"
+        )
+        return {h["id"]: h["distance"] for h in every[0]}
+
+    settled = _cosines_of_bm25_hits(lite_db, vector, "heron lake kettle")
+    assert len(settled) > 5
+    assert settled == pytest.approx({k: dense_distances()[k] for k in settled}, abs=1e-5)
+    away = [-x for x in vector]  # cosine -1: never among the dense half's best
+    coll.insert([{"pk": "fresh", "content": "heron heron", "embedding": away, "line": 1}])
+    fresh = _cosines_of_bm25_hits(lite_db, vector, "heron lake kettle")  # from the memtable
+    assert fresh["fresh"] == pytest.approx(-1.0, abs=1e-5)
+    assert fresh == pytest.approx({k: dense_distances()[k] for k in fresh}, abs=1e-5)

@@ -10,7 +10,6 @@ of `bm25_weight` 0.7, with no other question changed (docs/quality.md, round 6).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +23,19 @@ FACT = "**User:** I play the clarinet in the town orchestra.\n\n**Assistant:** L
 ECHO = "**User:** The concert last night had loud music, did you enjoy it?\n\n**Assistant:** No."
 
 
-def _unit(cos: float) -> list[float]:
-    return [cos, math.sqrt(1 - cos * cos)]
-
-
 def _halves() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The dense half finds the clarinet (cosine 0.7); BM25 finds only the exchange that
     repeats three of the question's four terms (cosine 0.2)."""
     fact = {"chunk_hash": "fact", "content": FACT, "heading": "", "source": "s.md"}
     echo = {"chunk_hash": "echo", "content": ECHO, "heading": "", "source": "s.md"}
     dense = [{"distance": 0.7, "entity": fact}, {"distance": 0.2, "entity": echo}]
-    keyword = [{"distance": 5.0, "entity": {**echo, "embedding": _unit(0.2)}}]
+    keyword = [{"distance": 5.0, "entity": {**echo, "cosine": 0.2}}]
     return dense, keyword
 
 
 def _first(weight: float) -> str:
     dense, keyword = _halves()
-    vector = [1.0, 0.0]
-    rows = ranking.fused_rows(dense, keyword, vector, INFERENCE, 2, weight, tuned=ranking.MINILM)
+    rows = ranking.fused_rows(dense, keyword, INFERENCE, 2, weight, tuned=ranking.MINILM)
     return str(rows[0]["chunk_hash"])
 
 

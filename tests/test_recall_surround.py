@@ -155,7 +155,7 @@ def test_context_chars_is_a_recall_setting(tmp_path: Path) -> None:
 def _row(key: str, heading: str, body: str, bm25: float) -> dict[str, Any]:
     content = f"## {heading}\n\n{body}"
     entity = {"chunk_hash": key, "content": content, "heading": heading, "source": "s.md"}
-    return {"distance": bm25, "entity": {**entity, "embedding": [1.0, 0.0]}}
+    return {"distance": bm25, "entity": {**entity, "cosine": 1.0}}
 
 
 def test_a_match_in_the_conversation_title_alone_ranks_under_an_own_match() -> None:
@@ -169,7 +169,7 @@ def test_a_match_in_the_conversation_title_alone_ranks_under_an_own_match() -> N
         _row("title-only", titled, "**User:** See you tomorrow.\n\n**Assistant:** Bye.", 5.0),
         _row("own", other, "**User:** My tomato plants\n\n**Assistant:** Nice.", 5.0),
     ]
-    rows = ranking.fused_rows([], keyword, [1.0, 0.0], "tomato", 2, 0.7)
+    rows = ranking.fused_rows([], keyword, "tomato", 2, 0.7)
     assert [r["chunk_hash"] for r in rows] == ["own", "title-only"]
     assert rows[1]["features"][2] == 0.0  # its BM25 share: none of it was its own
 

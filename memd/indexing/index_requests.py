@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import sys
 from array import array
 from pathlib import Path
@@ -69,15 +70,21 @@ def unpack_vector(packed: dict[str, str]) -> list[float]:
     return arr.tolist()
 
 
-def decode(value: Any) -> Any:
-    """Undo `encode`: packed vectors back to lists of floats, anywhere in the value."""
-    if isinstance(value, dict):
-        if len(value) == 1 and "f32" in value:
-            return unpack_vector(value)
-        return {k: decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    return value
+def unpacked(obj: dict[str, Any]) -> Any:
+    """`json.loads`' object hook: a packed vector as its list of floats, any other object
+    as it is."""
+    if len(obj) == 1 and "f32" in obj:
+        return unpack_vector(obj)
+    return obj
+
+
+def loads(line: bytes | str) -> Any:
+    """Undo `encode` of a JSON line: packed vectors back to lists of floats, anywhere in
+    it, in the parser's one pass (walking the parsed reply again, as before, was a tenth
+    of a recall at 10k chunks: docs/performance.md, "Recall latency, round 9"). Raises
+    ValueError for text that is not JSON and RequestError for a packed vector that is
+    not one."""
+    return json.loads(line, object_hook=unpacked)
 
 
 def _all_floats(values: list[Any] | tuple[Any, ...]) -> bool:

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 import structlog
 
+from memd.indexing.engine.lite_search import cosines
 from memd.indexing.engine.reads import primary_key_field
-from memd.indexing.index_requests import MAX_LINE, RequestError, decode, encode, unpack_vector
+from memd.indexing.index_requests import MAX_LINE, RequestError, encode, loads, unpack_vector
 
 log = structlog.get_logger()
 
@@ -148,6 +149,9 @@ class Requests:
         known = request.get("known")
         if known is not None and not isinstance(known, str):
             raise RequestError("'known' must be a string")
+        with_cosines = request.get("cosines", False)
+        if not isinstance(with_cosines, bool) or (with_cosines and known is None):
+            raise RequestError("'cosines' must be true or false, and true needs 'known'")
         collection = _text(request, "collection")
         seen: set[Any] = set()
         out = []
@@ -158,7 +162,52 @@ class Requests:
                 seen.update(_key(hit, known) for hit in hits)
                 seen.discard(None)  # a hit without the field is never taken as known
             out.append(hits)
+        if with_cosines and known is not None:
+            self._add_cosines(collection, specs, out, known)
         return out
+
+    def _add_cosines(
+        self, collection: str, specs: list[Any], out: list[list[dict[str, Any]]], known: str
+    ) -> None:
+        """Give each hit of a text search that came back whole its `cosine` to the first
+        vector search's vector (recall's fusion needs it, `lite_search.cosines` says why).
+        A row deleted since its search gets none; the caller takes that as 0."""
+        dense = next((s for s in specs if isinstance(s.get("data"), list)), None)
+        if dense is None:
+            return
+        whole = [
+            hit
+            for spec, hits in zip(specs, out, strict=True)
+            if isinstance(spec.get("data"), str)
+            for hit in hits
+            if len(hit.get("entity") or {}) > 1 and _key(hit, known) is not None
+        ]
+        keys = list(dict.fromkeys(_key(hit, known) for hit in whole))
+        if not keys:
+            return
+        field, vector = _text(dense, "anns_field"), dense["data"]  # decoded: floats
+        found = cosines(self._db.get_collection(collection), field, vector, keys)
+        if found is None:  # rows in the memtable: a search over just these rows
+            found = self._searched_cosines(collection, field, vector, keys, known)
+        for hit in whole:
+            if _key(hit, known) in found:
+                hit["entity"]["cosine"] = found[_key(hit, known)]
+
+    def _searched_cosines(
+        self, collection: str, field: str, data: list[float], keys: list[Any], known: str
+    ) -> dict[Any, float]:
+        hits = self._op_search(
+            {
+                "collection": collection,
+                "anns_field": field,
+                "metric_type": "COSINE",
+                "data": data,
+                "limit": len(keys),
+                "output_fields": [known],
+                "filter": f"{known} in {json.dumps(keys)}",
+            }
+        )
+        return {_key(hit, known): float(hit["distance"]) for hit in hits}
 
 
 def _key(hit: dict[str, Any], field: str) -> Any:
@@ -193,11 +242,13 @@ class Runner(Protocol):
 def answer(requests: Runner, line: bytes) -> dict[str, Any]:
     """The reply to one request line; never raises."""
     try:
-        request = json.loads(line)
+        request = loads(line)
     except ValueError as exc:
         return {"ok": False, "error": _error("BadRequest", f"not JSON: {exc}")}
+    except RequestError as exc:  # a packed vector that is not one
+        return {"ok": False, "error": _error(exc.type, str(exc))}
     try:
-        return {"ok": True, "result": encode(requests.run(decode(request)))}
+        return {"ok": True, "result": encode(requests.run(request))}
     except RequestError as exc:
         return {"ok": False, "error": _error(exc.type, str(exc))}
     except Exception as exc:  # the engine's own errors (no such collection, bad filter)

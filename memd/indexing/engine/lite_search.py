@@ -330,3 +330,41 @@ def _sparse_index(coll: Any, seg: Any, name: str, metric: str) -> Any:
             index.build([bytes_to_sparse(r) if isinstance(r, bytes) else (r or {}) for r in rows])
             seg.sparse_indexes[name] = index
     return index
+
+
+# -- cosines of given rows -----------------------------------------------------------------
+
+
+def cosines(coll: Any, field: str, vector: Any, keys: list[Any]) -> dict[Any, float] | None:
+    """The cosine similarity of `vector` to the stored `field` vector of each visible row
+    whose primary key is in `keys`, as a dense search over `field` reports it; None when
+    Lite's own code must decide what is visible (rows in the memtable: `generation`).
+
+    Recall's fusion needs the cosine of every BM25 hit the dense half did not return.
+    Each such hit's 384-float embedding used to travel to memd, which computed it in
+    Python: converting those embeddings to lists, packing, decoding and the Python
+    cosine were a fifth of a recall at 10k chunks (py-spy, docs/performance.md, "Recall
+    latency, round 9"). The unit vectors are the generation's, cached for the dense half."""
+    token = _SEARCHING.set(coll)  # a snapshot as a search takes it (lite_visibility)
+    try:
+        snap = generation(coll)
+    finally:
+        _SEARCHING.reset(token)
+    if snap is None:
+        return None
+    segments, _deltas, gen = snap
+    query = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    unit_q = query / norm if norm else query
+    found: dict[Any, float] = {}
+    for seg in segments:
+        mask = gen.masks.get(id(seg))
+        if mask is None or seg.num_rows == 0:
+            continue
+        picks = [(k, r) for k in keys if (r := seg.pk_to_row.get(k)) is not None and mask[r]]
+        if not picks:
+            continue
+        rows = gen.unit_vectors(seg, field)[[r for _, r in picks]]
+        dists = np.maximum(1.0 - rows @ unit_q, 0.0)  # as `_segment_top_k`, then Lite's 1 - d
+        found.update((key, 1.0 - float(d)) for (key, _), d in zip(picks, dists, strict=True))
+    return found

@@ -6,8 +6,8 @@ Two ways to reach a client's index:
   second socket (memd.indexing.index_requests), run there on its in-process Milvus Lite
   engine. It needs nothing beyond the standard library, so memd never imports pymilvus
   (and its pandas, pyarrow and gRPC: ~90 MB) for recall.
-- `PymilvusIndexClient`, for a Milvus server (`[milvus] uri = http://...`): pymilvus,
-  imported only then.
+- `PymilvusIndexClient` (`memd.indexing.query.pymilvus_client`), for a Milvus server
+  (`[milvus] uri = http://...`): pymilvus, imported only then.
 
 Both raise `IndexRequestError` when the index answers with an error (no such collection,
 a bad filter: the caller may check the collection again) and `IndexTransportError` when
@@ -21,12 +21,12 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from memd.indexing.index_requests import RequestError, decode, pack_vector, query_socket_path
+from memd.indexing.index_requests import RequestError, loads, pack_vector, query_socket_path
 from memd.indexing.targets import IndexTarget
 
 BUSY_RETRY = 0.02  # seconds between connects to a socket whose backlog is full
@@ -88,7 +88,9 @@ class IndexClient(Protocol):
     ) -> list[list[dict[str, Any]]]:
         """The hits of each request, as `search` answers them; a hit an earlier request
         returned may come back with the `known` field alone in its entity (the caller
-        has the rest from that earlier answer)."""
+        has the rest from that earlier answer). Every other hit of a text (BM25)
+        request carries `cosine` in its entity: its cosine similarity to the vector of
+        the call's first vector request, if it has one (recall's fusion needs it)."""
         ...
 
     def close(self) -> None: ...
@@ -98,6 +100,8 @@ def connect(target: IndexTarget, timeout: float) -> IndexClient:
     """The client for `target`: the JSON socket for a local index, else pymilvus."""
     if target.local and target.uri.startswith("unix:"):
         return LiteIndexClient(query_socket_path(Path(target.uri.removeprefix("unix:"))))
+    from memd.indexing.query.pymilvus_client import PymilvusIndexClient
+
     return PymilvusIndexClient(target, timeout)
 
 
@@ -181,16 +185,13 @@ class LiteIndexClient:
             if not (reused and attempt == 1):
                 raise IndexTransportError(f"{self.socket_path}: the index server hung up")
         try:
-            reply = json.loads(line)
-        except ValueError as exc:
+            reply = loads(line)
+        except (ValueError, RequestError) as exc:  # RequestError: a packed vector that is not
             raise IndexTransportError(f"{self.socket_path}: bad reply: {exc}") from exc
         if not reply.get("ok"):
             error = reply.get("error") or {}
             raise IndexRequestError(f"{error.get('type')}: {error.get('message')}")
-        try:
-            return decode(reply.get("result"))
-        except RequestError as exc:  # a packed vector that is not one
-            raise IndexTransportError(f"{self.socket_path}: bad reply: {exc}") from exc
+        return reply.get("result")
 
     def _take(self, timeout: float) -> tuple[_Conn, bool]:
         """An idle connection (True: reused) or a new one; OSError if none can be made."""
@@ -269,7 +270,9 @@ class LiteIndexClient:
             }
             for r in requests
         ]
-        answer = self.request("searches", timeout, collection=name, searches=wire, known=known)
+        answer = self.request(
+            "searches", timeout, collection=name, searches=wire, known=known, cosines=True
+        )
         return [list(hits) for hits in answer]
 
     def close(self) -> None:
@@ -277,114 +280,3 @@ class LiteIndexClient:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-
-
-# -- remote: pymilvus -------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _translated(uri: str) -> Iterator[None]:
-    """pymilvus' and gRPC's errors as this module's two."""
-    import grpc
-    from pymilvus.exceptions import MilvusException
-
-    try:
-        yield
-    except MilvusException as exc:
-        raise IndexRequestError(exc.message) from exc
-    except (grpc.RpcError, grpc.FutureTimeoutError, ConnectionError, TimeoutError) as exc:
-        raise IndexTransportError(f"{uri}: {exc}") from exc
-
-
-class PymilvusIndexClient:
-    """A Milvus server over pymilvus: the requests recall made before this seam."""
-
-    def __init__(self, target: IndexTarget, timeout: float) -> None:
-        from pymilvus import MilvusClient
-
-        self.uri = target.uri
-        with _translated(self.uri):
-            self._client = MilvusClient(
-                uri=target.uri, token=target.token, timeout=timeout, dedicated=True
-            )
-
-    def has_collection(self, name: str, *, timeout: float) -> bool:
-        with _translated(self.uri):
-            return bool(self._client.has_collection(name, timeout=timeout))
-
-    def get_collection_stats(self, name: str, *, timeout: float) -> dict[str, Any]:
-        with _translated(self.uri):
-            return dict(self._client.get_collection_stats(name, timeout=timeout))
-
-    def get_load_state(self, name: str, *, timeout: float) -> dict[str, Any]:
-        with _translated(self.uri):
-            state = self._client.get_load_state(name, timeout=timeout)
-        return {"state": str(state.get("state", "")).rpartition(".")[2]}
-
-    def load_collection(self, name: str, *, timeout: float) -> None:
-        with _translated(self.uri):
-            self._client.load_collection(name, timeout=timeout)
-
-    def query(
-        self, name: str, *, filter: str, output_fields: list[str], limit: int | None, timeout: float
-    ) -> list[dict[str, Any]]:
-        extra: dict[str, Any] = {"limit": limit} if limit is not None else {}
-        if "count(*)" in output_fields:
-            extra["consistency_level"] = "Strong"
-        with _translated(self.uri):
-            rows = self._client.query(
-                collection_name=name,
-                filter=filter,
-                output_fields=output_fields,
-                timeout=timeout,
-                **extra,
-            )
-        return [dict(r) for r in rows]
-
-    def search(
-        self,
-        name: str,
-        *,
-        data: list[float] | str,
-        anns_field: str,
-        metric_type: str,
-        limit: int,
-        output_fields: list[str],
-        filter: str,
-        timeout: float,
-    ) -> list[dict[str, Any]]:
-        extra = {"filter": filter} if filter else {}
-        with _translated(self.uri):
-            res = self._client.search(
-                collection_name=name,
-                data=[data],
-                anns_field=anns_field,
-                search_params={"metric_type": metric_type, "params": {}},
-                limit=limit,
-                output_fields=output_fields,
-                timeout=timeout,
-                **extra,
-            )
-        return list(res[0]) if res else []
-
-    def searches(
-        self, name: str, requests: Sequence[SearchRequest], *, known: str, timeout: float
-    ) -> list[list[dict[str, Any]]]:
-        """One search after the other (gRPC has no such batch), nothing left out."""
-        return [
-            self.search(
-                name,
-                data=r.data,
-                anns_field=r.anns_field,
-                metric_type=r.metric_type,
-                limit=r.limit,
-                output_fields=r.output_fields,
-                filter=r.filter,
-                timeout=timeout,
-            )
-            for r in requests
-        ]
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.close()

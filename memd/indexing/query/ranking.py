@@ -185,17 +185,9 @@ def relevance(features: Sequence[float], weights: Sequence[float] = RELEVANCE) -
     return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
 
 
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity (vectors from other providers need not be unit length)."""
-    dot = sum(map(operator.mul, a, b))  # 3x a generator's speed, for 20 x 256 floats a search
-    norm = math.sqrt(sum(map(operator.mul, a, a))) * math.sqrt(sum(map(operator.mul, b, b)))
-    return dot / norm if norm else 0.0
-
-
 def fused_rows(
     dense: Sequence[dict[str, Any]],
     keyword: Sequence[dict[str, Any]],
-    vector: Sequence[float],
     query: str,
     limit: int,
     bm25_weight: float,
@@ -204,7 +196,8 @@ def fused_rows(
 ) -> list[dict[str, Any]]:
     """The best `limit` entities of both halves' hits (pymilvus `{"distance", "entity"}`),
     fused, each with its relevance as `score` (`tuned`: the query's model's). A BM25 hit
-    the dense half did not return brings its `embedding` (for its cosine; not passed on)."""
+    the dense half did not return brings its `cosine` to the query (`IndexClient.searches`;
+    not passed on)."""
     rows: dict[str, dict[str, Any]] = {}
     found: dict[str, Candidate] = {}
     for hit in dense:
@@ -213,9 +206,9 @@ def fused_rows(
         found[key] = Candidate(key, 0.0, float(hit["distance"]))
     for hit in keyword:
         entity = dict(hit["entity"])
-        vec = entity.pop("embedding", None) or []
+        cos = float(entity.pop("cosine", None) or 0.0)
         key = entity["chunk_hash"]
-        cos = found[key].cosine if key in found else cosine(vector, vec)
+        cos = found[key].cosine if key in found else cos
         rows.setdefault(key, entity)
         # Milvus Lite 3.2.2 over gRPC reports BM25 scores negated (its internal
         # smaller-is-better distance); a Milvus server reports them as they are.
@@ -255,25 +248,24 @@ def _own_bm25(
     title matches every exchange of it alike: one conversation's exchanges then fill the
     results on the title alone. On the LoCoMo dev split this took recall@5 from 0.770 to
     0.773 (docs/quality.md, round 5); a chunk with no such title is unchanged."""
-    content = row.get("content") or ""
     wanted = set(query_terms)
-    if cand.bm25 <= 0 or own is content or not wanted.intersection(_title_terms(row)):
+    title = wanted.intersection(_title_terms(row))
+    if cand.bm25 <= 0 or own is row.get("content") or not title:
         return cand  # every query term it holds is its own: the share is 1
-    matched = wanted.intersection(_term_set(content))
-    if not matched:
-        return cand
-    share = len(matched.intersection(_term_set(own))) / len(matched)
+    mine = wanted.intersection(_term_set(own))
+    share = len(mine) / len(mine | title)  # its terms are its own text's and its title's
     return cand if share >= 1.0 else Candidate(cand.key, cand.bm25 * share, cand.cosine)
 
 
 def _title_terms(row: Mapping[str, Any]) -> tuple[str, ...]:
     """The terms of the conversation title in a row's exchange heading (none without).
 
-    `_own_bm25` analyses a candidate's whole text only when the query names a word of
-    its title: a chunk's terms are its own text's and its title's, so otherwise the
-    share is 1. Titles repeat over a conversation's exchanges (remembered once each),
-    while analysing every candidate's text was a third of a recall at 10k chunks with 60
-    candidates a half (py-spy, docs/performance.md, "Recall latency, round 8")."""
+    `_own_bm25` analyses a candidate's own text only when the query names a word of its
+    title: a chunk's terms are its own text's and its title's, so otherwise the share is
+    1. Titles repeat over a conversation's exchanges (remembered once each), while
+    analysing every candidate's text was a third of a recall at 10k chunks with 60
+    candidates a half (py-spy, docs/performance.md, "Recall latency, round 8"); its own
+    text is the one `coverage` analyses too, so the whole text is never analysed."""
     parsed = parse_exchange_heading(row.get("heading") or "")
     return _term_set(parsed[3]) if parsed and parsed[3] else ()
 

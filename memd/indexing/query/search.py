@@ -274,7 +274,7 @@ class IndexSearcher:
         pool, w = max(limit, CANDIDATES), bm25_weight
         tuned = self._tuned if vector else ranking.KEYWORDS_ONLY
         dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
-        return ranking.fused_rows(dense, keyword, vector, query, limit, w, tuned=tuned)
+        return ranking.fused_rows(dense, keyword, query, limit, w, tuned=tuned)
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
@@ -304,17 +304,17 @@ def halves(
     deadline: float,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The two raw requests of a search: the best `pool` chunks by cosine similarity to
-    `vector`, and by BM25 for `query` (with their embeddings, for their cosine). The one
-    place recall talks to the index about ranking. No vector (the embedder is down): no
-    dense half.
+    `vector`, and by BM25 for `query` (each with its `cosine` to `vector`, computed by
+    the index). The one place recall talks to the index about ranking. No vector (the
+    embedder is down): no dense half.
 
     Both go in one round trip (`IndexClient.searches`), and a BM25 hit the dense half
     found comes back as its `chunk_hash` alone: `ranking.fused_rows` takes its row and
-    cosine from the dense half anyway. At 10k chunks this saved a round trip and the
-    BM25 half's embeddings of those chunks (docs/quality.md, "Recall latency")."""
-    keyword = SearchRequest(
-        query, "sparse_vector", "BM25", pool, [*OUTPUT_FIELDS, "embedding"], expr
-    )
+    cosine from the dense half anyway. At 10k chunks this saved a round trip
+    (docs/quality.md, "Recall latency"); the index computing the other hits' cosines,
+    not memd from their embeddings, a fifth of what was left (docs/performance.md,
+    "Recall latency, round 9")."""
+    keyword = SearchRequest(query, "sparse_vector", "BM25", pool, OUTPUT_FIELDS, expr)
     if not vector:  # no dense half to ask (an empty vector: keywords alone)
         [hits] = client.searches(name, [keyword], known="chunk_hash", timeout=_remaining(deadline))
         return [], hits

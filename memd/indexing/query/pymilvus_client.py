@@ -1,0 +1,141 @@
+"""Recall's index requests to a Milvus server, over pymilvus (`memd.indexing.query.index_client`
+has the contract and the local client, which never imports pymilvus)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from memd.indexing.query.index_client import (
+    IndexRequestError,
+    IndexTransportError,
+    SearchRequest,
+)
+from memd.indexing.targets import IndexTarget
+
+
+@contextlib.contextmanager
+def _translated(uri: str) -> Iterator[None]:
+    """pymilvus' and gRPC's errors as this module's two."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    try:
+        yield
+    except MilvusException as exc:
+        raise IndexRequestError(exc.message) from exc
+    except (grpc.RpcError, grpc.FutureTimeoutError, ConnectionError, TimeoutError) as exc:
+        raise IndexTransportError(f"{uri}: {exc}") from exc
+
+
+class PymilvusIndexClient:
+    """A Milvus server over pymilvus: the requests recall made before this seam."""
+
+    def __init__(self, target: IndexTarget, timeout: float) -> None:
+        from pymilvus import MilvusClient
+
+        self.uri = target.uri
+        with _translated(self.uri):
+            self._client = MilvusClient(
+                uri=target.uri, token=target.token, timeout=timeout, dedicated=True
+            )
+
+    def has_collection(self, name: str, *, timeout: float) -> bool:
+        with _translated(self.uri):
+            return bool(self._client.has_collection(name, timeout=timeout))
+
+    def get_collection_stats(self, name: str, *, timeout: float) -> dict[str, Any]:
+        with _translated(self.uri):
+            return dict(self._client.get_collection_stats(name, timeout=timeout))
+
+    def get_load_state(self, name: str, *, timeout: float) -> dict[str, Any]:
+        with _translated(self.uri):
+            state = self._client.get_load_state(name, timeout=timeout)
+        return {"state": str(state.get("state", "")).rpartition(".")[2]}
+
+    def load_collection(self, name: str, *, timeout: float) -> None:
+        with _translated(self.uri):
+            self._client.load_collection(name, timeout=timeout)
+
+    def query(
+        self, name: str, *, filter: str, output_fields: list[str], limit: int | None, timeout: float
+    ) -> list[dict[str, Any]]:
+        extra: dict[str, Any] = {"limit": limit} if limit is not None else {}
+        if "count(*)" in output_fields:
+            extra["consistency_level"] = "Strong"
+        with _translated(self.uri):
+            rows = self._client.query(
+                collection_name=name,
+                filter=filter,
+                output_fields=output_fields,
+                timeout=timeout,
+                **extra,
+            )
+        return [dict(r) for r in rows]
+
+    def search(
+        self,
+        name: str,
+        *,
+        data: list[float] | str,
+        anns_field: str,
+        metric_type: str,
+        limit: int,
+        output_fields: list[str],
+        filter: str,
+        timeout: float,
+    ) -> list[dict[str, Any]]:
+        extra = {"filter": filter} if filter else {}
+        with _translated(self.uri):
+            res = self._client.search(
+                collection_name=name,
+                data=[data],
+                anns_field=anns_field,
+                search_params={"metric_type": metric_type, "params": {}},
+                limit=limit,
+                output_fields=output_fields,
+                timeout=timeout,
+                **extra,
+            )
+        return list(res[0]) if res else []
+
+    def searches(
+        self, name: str, requests: Sequence[SearchRequest], *, known: str, timeout: float
+    ) -> list[list[dict[str, Any]]]:
+        """One search after the other (gRPC has no such batch), nothing left out; a text
+        search's hits bring their vectors, for their `cosine`, computed here."""
+        dense = next((r for r in requests if not isinstance(r.data, str)), None)
+        out = []
+        for r in requests:
+            to = dense if dense and isinstance(r.data, str) else None
+            extra = [to.anns_field] if to and to.anns_field not in r.output_fields else []
+            hits = self.search(
+                name,
+                data=r.data,
+                anns_field=r.anns_field,
+                metric_type=r.metric_type,
+                limit=r.limit,
+                output_fields=[*r.output_fields, *extra],
+                filter=r.filter,
+                timeout=timeout,
+            )
+            for hit in hits if to else []:
+                entity = hit["entity"] = dict(hit["entity"])
+                vec = entity.pop(to.anns_field) if extra else entity.get(to.anns_field)
+                entity["cosine"] = cosine(to.data, vec or [])
+            out.append(hits)
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity (vectors from other providers need not be unit length)."""
+    dot = sum(map(operator.mul, a, b))  # 3x a generator's speed
+    norm = math.sqrt(sum(map(operator.mul, a, a))) * math.sqrt(sum(map(operator.mul, b, b)))
+    return dot / norm if norm else 0.0

@@ -97,36 +97,52 @@ STEM_WORDS = [
 
 
 @pytest.mark.parametrize("language", ["english", "porter", "dutch_porter", "german"])
-def test_a_stemmer_loaded_alone_stems_as_snowballstemmers_own(language: str) -> None:
-    """The stemmer memd loads without the package's 30-odd languages (issue 29) is
-    Snowball's: the same stems as `snowballstemmer.stemmer(language)` gives."""
-    import snowballstemmer
+def test_the_c_stemmer_and_the_fallback_loaded_alone_give_snowballs_stems(language: str) -> None:
+    """memd stems with PyStemmer (Snowball's C library); where it cannot be imported, with
+    snowballstemmer's Python module for the language, loaded without the package's 30-odd
+    languages (issue 29). Both are Snowball: the same stems."""
+    import Stemmer
 
-    ours, theirs = analysis.stemmer(language), snowballstemmer.stemmer(language)
-    assert type(ours).__name__ == type(theirs).__name__
-    assert [ours.stemWord(w) for w in STEM_WORDS] == [theirs.stemWord(w) for w in STEM_WORDS]
+    ours, fallback = analysis.stemmer(language), analysis.stemmer_class(language)()
+    assert isinstance(ours, Stemmer.Stemmer)
+    assert [ours.stemWord(w) for w in STEM_WORDS] == [fallback.stemWord(w) for w in STEM_WORDS]
 
 
-def test_stemming_english_loads_no_other_language() -> None:
-    """In a fresh interpreter, recall's analysis imports neither snowballstemmer's package
-    (its __init__ imports every language, 2.1 MB) nor another language's module; an
-    unknown language still fails as snowballstemmer's own stemmer() fails."""
+def test_stemming_english_loads_no_snowballstemmer_module() -> None:
+    """In a fresh interpreter, recall's analysis stems with PyStemmer and imports nothing of
+    snowballstemmer (its __init__ imports every language, 2.1 MB); an unknown language
+    still fails with KeyError, as snowballstemmer's own stemmer() fails."""
     probe = (
         "import sys\n"
         "from memd.indexing import analysis\n"
         "print(analysis.terms('the running Marathons'))\n"
-        "print(sorted(m for m in sys.modules if 'snowball' in m))\n"
+        "print(sorted(m for m in sys.modules if 'snowball' in m), 'Stemmer' in sys.modules)\n"
         "try:\n    analysis.stemmer('klingon')\nexcept KeyError:\n    print('KeyError')\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     terms, modules, unknown = done.stdout.splitlines()
     assert terms == "['run', 'marathon']"
+    assert modules == "[] True"
+    assert unknown == "KeyError"
+
+
+def test_the_fallback_loads_english_alone() -> None:
+    """Without PyStemmer, the fallback imports snowballstemmer's English module alone."""
+    probe = (
+        "import sys\n"
+        "from memd.indexing import analysis\n"
+        "print(analysis.stemmer_class('english')().stemWord('marathons'))\n"
+        "print(sorted(m for m in sys.modules if 'snowball' in m))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    stem, modules = done.stdout.splitlines()
     alone = "_memd_snowballstemmer"
+    assert stem == "marathon"
     assert modules == str(
         sorted([alone, *(f"{alone}.{m}" for m in ("among", "basestemmer", "english_stemmer"))])
     )
-    assert unknown == "KeyError"
 
 
 @pytest.mark.slow

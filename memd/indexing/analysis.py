@@ -79,18 +79,31 @@ def stemmer(language: str) -> Any:
     if mine is None:
         mine = _STEMMERS.by_language = {}
     if language not in mine:
-        mine[language] = stemmer_class(language)()
+        mine[language] = _new_stemmer(language)
     return mine[language]
+
+
+def _new_stemmer(language: str) -> Any:
+    """PyStemmer's stemmer (Snowball's C library, a dependency): 5 µs a word where
+    snowballstemmer's Python takes 65, with the same stems (all 295,488 distinct words of
+    the virtualenv's sources and LoCoMo's dev split compared; docs/performance.md,
+    "Recall latency, round 9"). Where it cannot be imported, snowballstemmer's. Both
+    raise KeyError for a language they do not know."""
+    try:
+        import Stemmer
+    except ImportError:
+        return stemmer_class(language)()
+    return Stemmer.Stemmer(language)
 
 
 @functools.cache
 def stemmer_class(language: str) -> Any:
-    """Snowball's stemmer class for `language`, loaded alone when it can be: `import
-    snowballstemmer` imports all of its 30-odd languages (2.1 MB of memd's PSS, issue 29)
-    and memd stems English only. Its modules are imported from the package's folder under
-    another package name, whose `__init__` is not run. A language it has no module for,
-    and PyStemmer where it is installed (which snowballstemmer prefers), take the package's
-    own `stemmer()` (which raises KeyError for an unknown language)."""
+    """snowballstemmer's (pure Python) stemmer class for `language`, loaded alone when it
+    can be: `import snowballstemmer` imports all of its 30-odd languages (2.1 MB of memd's
+    PSS, issue 29) and memd stems English only. Its modules are imported from the
+    package's folder under another package name, whose `__init__` is not run. A language
+    it has no module for takes the package's own `stemmer()` (which raises KeyError for an
+    unknown language)."""
     module = _alone(language)
     if module is None:
         import snowballstemmer
@@ -101,7 +114,7 @@ def stemmer_class(language: str) -> Any:
 
 def _alone(language: str) -> ModuleType | None:
     """snowballstemmer's `<language>_stemmer` module, imported without the package."""
-    if not re.fullmatch(r"[a-z_]+", language) or importlib.util.find_spec("Stemmer"):
+    if not re.fullmatch(r"[a-z_]+", language):
         return None
     package = importlib.util.find_spec("snowballstemmer")
     if package is None or not package.submodule_search_locations:
@@ -123,9 +136,10 @@ def terms(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=65_536)
 def stem(word: str, language: str = "english") -> str:
-    """One word's stem, remembered: Snowball in Python costs 20-600 µs a word (under
-    load), and recall analyses every result's text to see which query terms it holds (a
-    recall's fusion took 78 ms at p50 on LoCoMo before, 9 ms with the words cached)."""
+    """One word's stem, remembered: Snowball in Python cost 20-600 µs a word (under load;
+    PyStemmer's C 5 µs), and recall analyses every result's text to see which query terms
+    it holds (a recall's fusion took 78 ms at p50 on LoCoMo before, 9 ms with the words
+    cached)."""
     return str(stemmer(language).stemWord(word))
 
 

@@ -302,14 +302,24 @@ def _hits(
         ]
         taken = table.select(columns).take(rows).to_pylist()
         records.update({(id(seg), row): rec for row, rec in zip(rows, taken, strict=True)})
+    project = _projector(coll._schema, plan, project_record)
     return [
-        {
-            "id": seg.pks[row],
-            "distance": dist,
-            "entity": project_record(records[(id(seg), row)], coll._schema, plan),
-        }
+        {"id": seg.pks[row], "distance": dist, "entity": project(records[(id(seg), row)])}
         for dist, seg, row in picks
     ]
+
+
+def _projector(schema: Any, plan: Any, project_record: Any) -> Callable[[dict[str, Any]], Any]:
+    """Lite's `project_record` for a search's hits, bound to one plan: when the plan asks
+    for no dynamic field (memd's searches name schema fields only), a hit's entity is its
+    requested schema fields but the primary key, in the plan's order, as Lite builds it;
+    Lite's function, which looks the schema up again for every field of every hit, was a
+    sixth of the index server's time for recall's two searches (py-spy at 10k chunks)."""
+    if plan.include_all_dynamic or plan.explicit_dynamic_fields or plan.api_kind != "search":
+        return lambda record: project_record(record, schema, plan)
+    primary = {f.name for f in schema.fields if f.is_primary}
+    names = [n for n in plan.response_schema_fields if n not in primary and n != "$meta"]
+    return lambda record: {n: record[n] for n in names if n in record}
 
 
 def _sparse_index(coll: Any, seg: Any, name: str, metric: str) -> Any:

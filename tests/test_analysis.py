@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memd.indexing import analysis, embedding
 from memd.indexing.targets import Endpoint
@@ -94,6 +96,28 @@ STEM_WORDS = [
     "knightly",
     "marathons",
 ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_words_are_the_regexs_words_lower_cased(text: str) -> None:
+    """Recall cuts an ASCII text into words without the regex (3x faster): the same words,
+    for any ASCII text and any other."""
+    assert analysis.words(text) == analysis.WORD_RE.findall(text.lower())
+
+
+def test_words_of_a_mixed_text() -> None:
+    assert analysis.words("Caf\u00e9 O'Brien's 2024-05-08, snake_case!") == [
+        "caf\u00e9",
+        "o",
+        "brien",
+        "s",
+        "2024",
+        "05",
+        "08",
+        "snake_case",
+    ]
+    assert analysis.words("Port 6543\tof STAGING-db.") == ["port", "6543", "of", "staging", "db"]
 
 
 @pytest.mark.parametrize("language", ["english", "porter", "dutch_porter", "german"])

@@ -131,7 +131,24 @@ def _alone(language: str) -> ModuleType | None:
 
 def terms(text: str) -> list[str]:
     """The analyzer's tokens for `text`: lower-cased words, stop words out, stemmed."""
-    return [stem(w) for w in WORD_RE.findall(text.lower()) if w not in _STOP_SET]
+    return [stem(w) for w in words(text) if w not in _STOP_SET]
+
+
+def words(text: str) -> list[str]:
+    """`text`'s words as `WORD_RE` finds them, lower-cased. An ASCII text (nearly all of
+    them) is cut by `str.translate` and `split`, 3x the regex's speed with the same
+    words (every non-word ASCII character becomes a space): finding words was three
+    quarters of analysing a candidate's text, which recall does for up to 120 a query
+    (docs/performance.md, "Recall latency, round 9")."""
+    if text.isascii():
+        return text.translate(_ASCII_WORDS).split()
+    return WORD_RE.findall(text.lower())
+
+
+# ASCII: a word character (letter, digit, underscore) kept, lower-cased; any other a space
+_ASCII_WORDS = {
+    i: (chr(i).lower() if chr(i).isalnum() or chr(i) == "_" else " ") for i in range(128)
+}
 
 
 @functools.lru_cache(maxsize=65_536)

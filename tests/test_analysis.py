@@ -132,41 +132,42 @@ def test_the_c_stemmer_and_the_fallback_loaded_alone_give_snowballs_stems(langua
     assert [ours.stemWord(w) for w in STEM_WORDS] == [fallback.stemWord(w) for w in STEM_WORDS]
 
 
+def _probe(*lines: str) -> list[str]:
+    """What `lines` print in a fresh interpreter that imported memd's analysis."""
+    code = "\n".join(["import sys", *lines])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+_RECALL_TERMS = (
+    "from memd.indexing import analysis",
+    "print(analysis.terms('the running Marathons'))",
+    "print(sorted(m for m in sys.modules if 'snowball' in m), bool(sys.modules.get('Stemmer')))",
+    "try:\n    analysis.stemmer('klingon')\nexcept KeyError:\n    print('KeyError')",
+)
+
+
 def test_stemming_english_loads_no_snowballstemmer_module() -> None:
     """In a fresh interpreter, recall's analysis stems with PyStemmer and imports nothing of
     snowballstemmer (its __init__ imports every language, 2.1 MB); an unknown language
     still fails with KeyError, as snowballstemmer's own stemmer() fails."""
-    probe = (
-        "import sys\n"
-        "from memd.indexing import analysis\n"
-        "print(analysis.terms('the running Marathons'))\n"
-        "print(sorted(m for m in sys.modules if 'snowball' in m), 'Stemmer' in sys.modules)\n"
-        "try:\n    analysis.stemmer('klingon')\nexcept KeyError:\n    print('KeyError')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    terms, modules, unknown = done.stdout.splitlines()
-    assert terms == "['run', 'marathon']"
-    assert modules == "[] True"
-    assert unknown == "KeyError"
+    assert _probe(*_RECALL_TERMS) == ["['run', 'marathon']", "[] True", "KeyError"]
 
 
-def test_the_fallback_loads_english_alone() -> None:
-    """Without PyStemmer, the fallback imports snowballstemmer's English module alone."""
-    probe = (
-        "import sys\n"
-        "from memd.indexing import analysis\n"
-        "print(analysis.stemmer_class('english')().stemWord('marathons'))\n"
-        "print(sorted(m for m in sys.modules if 'snowball' in m))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    stem, modules = done.stdout.splitlines()
+def test_without_pystemmer_the_fallback_loads_english_alone() -> None:
+    """Where PyStemmer cannot be imported, recall's analysis gives the same terms with
+    snowballstemmer's English module, imported alone; an unknown language still fails."""
     alone = "_memd_snowballstemmer"
-    assert stem == "marathon"
-    assert modules == str(
-        sorted([alone, *(f"{alone}.{m}" for m in ("among", "basestemmer", "english_stemmer"))])
+    modules = sorted(
+        [alone, *(f"{alone}.{m}" for m in ("among", "basestemmer", "english_stemmer"))]
     )
+    blocked = "sys.modules['Stemmer'] = None  # import Stemmer raises ImportError"
+    assert _probe(blocked, *_RECALL_TERMS) == [
+        "['run', 'marathon']",
+        f"{modules} False",
+        "KeyError",
+    ]
 
 
 @pytest.mark.slow

@@ -108,26 +108,36 @@ class PymilvusIndexClient:
         """One search after the other (gRPC has no such batch), nothing left out; a text
         search's hits bring their vectors, for their `cosine`, computed here."""
         dense = next((r for r in requests if not isinstance(r.data, str)), None)
-        out = []
-        for r in requests:
-            to = dense if dense and isinstance(r.data, str) else None
-            extra = [to.anns_field] if to and to.anns_field not in r.output_fields else []
-            hits = self.search(
-                name,
-                data=r.data,
-                anns_field=r.anns_field,
-                metric_type=r.metric_type,
-                limit=r.limit,
-                output_fields=[*r.output_fields, *extra],
-                filter=r.filter,
-                timeout=timeout,
+        return [self._answer(name, r, dense, timeout) for r in requests]
+
+    def _answer(
+        self, name: str, r: SearchRequest, dense: SearchRequest | None, timeout: float
+    ) -> list[dict[str, Any]]:
+        if dense is None or isinstance(dense.data, str) or not isinstance(r.data, str):
+            return self._search(name, r, [], timeout)
+        field, vector = dense.anns_field, dense.data
+        added = field not in r.output_fields
+        hits = self._search(name, r, [field] if added else [], timeout)
+        for hit in hits:
+            entity = hit["entity"] = dict(hit["entity"])
+            entity["cosine"] = cosine(
+                vector, (entity.pop(field) if added else entity.get(field)) or []
             )
-            for hit in hits if to else []:
-                entity = hit["entity"] = dict(hit["entity"])
-                vec = entity.pop(to.anns_field) if extra else entity.get(to.anns_field)
-                entity["cosine"] = cosine(to.data, vec or [])
-            out.append(hits)
-        return out
+        return hits
+
+    def _search(
+        self, name: str, r: SearchRequest, extra: list[str], timeout: float
+    ) -> list[dict[str, Any]]:
+        return self.search(
+            name,
+            data=r.data,
+            anns_field=r.anns_field,
+            metric_type=r.metric_type,
+            limit=r.limit,
+            output_fields=[*r.output_fields, *extra],
+            filter=r.filter,
+            timeout=timeout,
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -353,8 +353,9 @@ def cosines(coll: Any, field: str, vector: Any, keys: list[Any]) -> dict[Any, fl
     Recall's fusion needs the cosine of every BM25 hit the dense half did not return.
     Each such hit's 384-float embedding used to travel to memd, which computed it in
     Python: converting those embeddings to lists, packing, decoding and the Python
-    cosine were a fifth of a recall at 10k chunks (py-spy, docs/performance.md, "Recall
-    latency, round 9"). The unit vectors are the generation's, cached for the dense half."""
+    cosine were a fifth of memd's CPU time in a recall at 10k chunks (py-spy;
+    docs/performance.md, "Recall latency, round 9", has what that was worth). The unit
+    vectors are the generation's, cached for the dense half."""
     token = _SEARCHING.set(coll)  # a snapshot as a search takes it (lite_visibility)
     try:
         snap = generation(coll)

@@ -312,8 +312,8 @@ def halves(
     found comes back as its `chunk_hash` alone: `ranking.fused_rows` takes its row and
     cosine from the dense half anyway. At 10k chunks this saved a round trip
     (docs/quality.md, "Recall latency"); the index computing the other hits' cosines,
-    not memd from their embeddings, a fifth of what was left (docs/performance.md,
-    "Recall latency, round 9")."""
+    not memd from their embeddings, a fifth of memd's CPU time in a recall
+    (docs/performance.md, "Recall latency, round 9")."""
     keyword = SearchRequest(query, "sparse_vector", "BM25", pool, OUTPUT_FIELDS, expr)
     if not vector:  # no dense half to ask (an empty vector: keywords alone)
         [hits] = client.searches(name, [keyword], known="chunk_hash", timeout=_remaining(deadline))

@@ -82,9 +82,8 @@ def loads(line: bytes | str) -> Any:
     """Undo `encode` of a JSON line: packed vectors back to lists of floats, anywhere in
     it, in the parser's one pass (walking the parsed reply again, as before, was a tenth
     of memd's CPU time in a recall at 10k chunks: docs/performance.md, "Recall latency,
-    round 9"). Raises
-    ValueError for text that is not JSON and RequestError for a packed vector that is
-    not one."""
+    round 9"). Raises ValueError for text that is not JSON and RequestError for a packed
+    vector that is not one."""
     return json.loads(line, object_hook=unpacked)
 
 

@@ -206,9 +206,9 @@ def fused_rows(
         found[key] = Candidate(key, 0.0, float(hit["distance"]))
     for hit in keyword:
         entity = dict(hit["entity"])
-        cos = float(entity.pop("cosine", None) or 0.0)
+        given = float(entity.pop("cosine", None) or 0.0)  # the index's, for a hit it sent whole
         key = entity["chunk_hash"]
-        cos = found[key].cosine if key in found else cos
+        cos = found[key].cosine if key in found else given
         rows.setdefault(key, entity)
         # Milvus Lite 3.2.2 over gRPC reports BM25 scores negated (its internal
         # smaller-is-better distance); a Milvus server reports them as they are.
@@ -250,7 +250,7 @@ def _own_bm25(
     0.773 (docs/quality.md, round 5); a chunk with no such title is unchanged."""
     wanted = set(query_terms)
     title = wanted.intersection(_title_terms(row))
-    if cand.bm25 <= 0 or own is row.get("content") or not title:
+    if cand.bm25 <= 0 or own is (row.get("content") or "") or not title:
         return cand  # every query term it holds is its own: the share is 1
     mine = wanted.intersection(_term_set(own))
     share = len(mine) / len(mine | title)  # its terms are its own text's and its title's

@@ -15,10 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memd.indexing import analysis, engine
 from memd.indexing.children.query_server import Requests
+from memd.indexing.engine import lite_search
 
 DIM = 8
 WORDS = [
@@ -252,3 +256,36 @@ def test_bm25_hits_get_the_cosine_a_dense_search_gives_them(lite_db: Any, coll: 
     fresh = _cosines_of_bm25_hits(lite_db, vector, "heron lake kettle")  # from the memtable
     assert fresh["fresh"] == pytest.approx(-1.0, abs=1e-5)
     assert fresh == pytest.approx({k: dense_distances()[k] for k in fresh}, abs=1e-5)
+
+
+@given(
+    st.lists(
+        st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=6),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(min_value=1, max_value=6),
+)
+def test_segments_best_merge_as_lite_merges_them_ties_included(
+    parts: list[list[int]], top_k: int
+) -> None:
+    """`_best` orders the segments' hits as the Python merge it replaced: the dense path
+    sorted (distance, segment, row) tuples, the sparse path stable-sorted by distance;
+    distances drawn from four values, so ties are the rule."""
+    found = []
+    for source, dists in enumerate(parts):
+        ids = np.full((1, top_k), -1, dtype=np.int64)
+        out = np.full((1, top_k), np.inf, dtype=np.float32)
+        kept = sorted(dists)[:top_k]
+        ids[0, : len(kept)] = [7 * (len(kept) - i) for i in range(len(kept))]  # rows unordered
+        out[0, : len(kept)] = kept
+        found.append((source, ids, out))
+    tuples = [
+        (float(out[0, j]), source, int(ids[0, j]))
+        for source, ids, out in found
+        for j in range(top_k)
+        if ids[0, j] >= 0
+    ]
+    assert lite_search._best(found, 0, top_k, True) == sorted(tuples)[:top_k]
+    by_distance = sorted(tuples, key=lambda t: t[0])[:top_k]
+    assert lite_search._best(found, 0, top_k, False) == by_distance

@@ -94,8 +94,16 @@ def _all_floats(values: list[Any] | tuple[Any, ...]) -> bool:
     return isinstance(values[0], float) and all(map(isinstance, values, itertools.repeat(float)))
 
 
+# Values JSON writes as they are. A search's reply is ~900 of them (120 hits of 7 fields),
+# and each went through every check below: a sixth of answering recall's two searches at
+# 10k chunks (py-spy of the index server on fresh questions; docs/performance.md).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def encode(value: Any) -> Any:
     """Engine values as JSON: numpy arrays and scalars to Python, float vectors packed."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, dict):
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -174,7 +174,7 @@ def _dense(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
     queries = np.atleast_2d(np.asarray(kw["query_vectors"], dtype=np.float32))
     field_name, top_k, metric = kw["vector_field"], kw["top_k"], kw["metric_type"]
     in_scope = [seg for seg in segments if seg.num_rows > 0]
-    per_query: list[list[tuple[float, int, int]]] = [[] for _ in range(len(queries))]
+    found: list[tuple[int, np.ndarray, np.ndarray]] = []
     for source, seg in enumerate(in_scope):
         mask = _row_mask(gen, seg, kw.get("compiled_filter"), kw.get("indexed_filter_plan"))
         _vectors, nulls = seg.vector_data(field_name)
@@ -183,15 +183,10 @@ def _dense(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
         if not mask.any():
             continue
         ids, dists = _segment_top_k(gen, seg, field_name, metric, queries, top_k, mask, kw)
-        for q in range(len(queries)):
-            for j in range(top_k):
-                if ids[q, j] < 0:
-                    break
-                per_query[q].append((float(dists[q, j]), source, int(ids[q, j])))
-    chosen = [sorted(candidates)[:top_k] for candidates in per_query]
+        found.append((source, ids, dists))
     return [
-        _hits(coll, [(dist, in_scope[source], row) for dist, source, row in picks], kw)
-        for picks in chosen
+        _hits(coll, [(d, in_scope[s], row) for d, s, row in _best(found, q, top_k, True)], kw)
+        for q in range(len(queries))
     ]
 
 
@@ -257,23 +252,41 @@ def _sparse(coll: Any, kw: dict[str, Any], fallback: Callable[[], Any]) -> Any:
     expr = kw.get("expr")
     compiled = coll._compile_filter(expr, timezone=kw.get("timezone")) if expr else None
     plan = coll._indexed_filter_plan(compiled)
-    per_query: list[list[tuple[float, Any, int]]] = [[] for _ in queries]
-    for seg in segments:
+    found: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for source, seg in enumerate(segments):
         if seg.table is None or len(seg.table) == 0:
             continue
         mask = _row_mask(gen, seg, compiled, plan)
         if not mask.any():
             continue
         index = _sparse_index(coll, seg, name, metric)
-        ids, dists = _search_prepared_sparse_index(index, queries, top_k, valid_mask=mask)
-        for q in range(len(queries)):
-            for j in range(top_k):
-                if ids[q, j] < 0:
-                    break
-                per_query[q].append((float(dists[q, j]), seg, int(ids[q, j])))
+        found.append((source, *_search_prepared_sparse_index(index, queries, top_k, mask)))
     return [
-        _hits(coll, sorted(candidates, key=lambda c: c[0])[:top_k], kw) for candidates in per_query
+        _hits(coll, [(d, segments[s], row) for d, s, row in _best(found, q, top_k, False)], kw)
+        for q in range(len(queries))
     ]
+
+
+def _best(
+    found: list[tuple[int, np.ndarray, np.ndarray]], q: int, top_k: int, by_source: bool
+) -> list[tuple[float, int, int]]:
+    """Query q's best `top_k` (distance, source, row) over every source's own best (its
+    `ids` and distances, padded with -1 after the last), smallest distance first; ties
+    in the order Lite's merge gives them: by source, then row (`by_source`, the dense
+    path, which sorts the tuples), or as found (the sparse path's stable sort). In numpy:
+    the tuples of up to 60 hits from each of 7 segments, built and sorted in Python, were
+    ~4 % of answering recall's two searches at 10k chunks."""
+    if not found:
+        return []
+    ids = np.concatenate([f[1][q] for f in found])
+    dists = np.concatenate([f[2][q] for f in found])
+    sources = np.concatenate([np.full(f[1].shape[1], f[0]) for f in found])
+    keep = ids >= 0
+    ids, dists, sources = ids[keep], dists[keep], sources[keep]
+    order = np.lexsort((ids, sources, dists)) if by_source else np.argsort(dists, kind="stable")
+    order = order[:top_k]
+    picked = dists[order].tolist(), sources[order].tolist(), ids[order].tolist()
+    return list(zip(*picked, strict=True))
 
 
 def _hits(
@@ -284,6 +297,7 @@ def _hits(
     Only the columns the projection reads are taken, one `take` per segment: reading
     every column of a hit cell by cell (its 256-float embedding included, as Lite does)
     was most of a search once visibility was cached."""
+    import pyarrow as pa
     from milvus_lite.engine.projection import build_projection_plan, project_record
 
     plan = build_projection_plan(kw.get("output_fields"), coll._schema, api_kind="search")
@@ -300,8 +314,10 @@ def _hits(
             if c not in ("_seq", "_partition")
             and (wanted is None or c in wanted or c == coll._pk_name)
         ]
-        taken = table.select(columns).take(rows).to_pylist()
-        records.update({(id(seg), row): rec for row, rec in zip(rows, taken, strict=True)})
+        at = pa.array(rows, type=pa.int64())  # column by column: no table built per call
+        values = [table.column(c).take(at).to_pylist() for c in columns]
+        for row, *cells in zip(rows, *values, strict=True):
+            records[(id(seg), row)] = dict(zip(columns, cells, strict=True))
     project = _projector(coll._schema, plan, project_record)
     return [
         {"id": seg.pks[row], "distance": dist, "entity": project(records[(id(seg), row)])}

@@ -153,6 +153,35 @@ def test_both_halves_in_one_request_leave_out_only_rows_the_first_returned(
         assert hit["entity"]["cosine"] == pytest.approx(cosines[key], abs=1e-5)
 
 
+def test_the_dense_half_after_the_bm25_half_returns_its_hits_and_the_others_cosines(
+    lite: LiteIndexClient, grpc: Any
+) -> None:
+    """`nearest`: recall's dense half sent once the BM25 half has come back. Its hits are
+    a plain search's, a row the caller holds as its key alone; the rows it holds that the
+    search did not return get their cosine to the vector, as a dense search scores them.
+    Over gRPC, the same hits whole and the same cosines, computed here."""
+    vector = embed_one("Which port does staging Postgres use?")
+    every = _search(lite, vector, "embedding", "COSINE")  # the fixture's index holds < 20
+    cosines = {h["entity"]["chunk_hash"]: h["distance"] for h in every}
+    keys = list(cosines)
+    have = [keys[0], keys[-1], keys[-2], "no-such-chunk"]  # one among the hits, two not
+    dense = SearchRequest(vector, "embedding", "COSINE", 2, OUTPUT_FIELDS, "")
+    hits, found = lite.nearest(COLLECTION, dense, known="chunk_hash", have=have, timeout=10)
+    assert [h["id"] for h in hits] == [h["id"] for h in every[:2]]
+    assert hits[0]["entity"] == {"chunk_hash": keys[0]}  # held: its key alone
+    assert _plain(hits[1:]) == _plain(every[1:2])
+    assert set(found) == {keys[-1], keys[-2]}  # not the hits', not an unknown key's
+    for key, cos in found.items():
+        assert cos == pytest.approx(cosines[key], abs=1e-5)
+    over_grpc, found_grpc = grpc.nearest(
+        COLLECTION, dense, known="chunk_hash", have=have, timeout=10
+    )
+    assert _plain(over_grpc) == _plain(every[:2])
+    assert found_grpc.keys() == found.keys()
+    for key, cos in found_grpc.items():
+        assert cos == pytest.approx(cosines[key], abs=1e-5)
+
+
 def test_the_checks_recall_makes_answer_as_pymilvus(lite: LiteIndexClient, grpc: Any) -> None:
     for client in (lite, grpc):
         assert client.has_collection(COLLECTION, timeout=5)
@@ -198,6 +227,16 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(
                 b'{"op": "searches", "collection": "memd_alice", "searches": [{}], '
                 b'"cosines": "yes"}',
                 "'cosines' must be true or false",
+            ),
+            (
+                b'{"op": "nearest", "collection": "memd_alice", "known": "chunk_hash", '
+                b'"have": [], "search": {"data": "a text"}}',
+                "packed vector",
+            ),
+            (
+                b'{"op": "nearest", "collection": "memd_alice", "known": "chunk_hash", '
+                b'"have": {"a": 1}, "search": {"data": {"f32": "AACAPw=="}}}',
+                "'have' must be a list of keys",
             ),
         ]:
             reply = ask(raw)

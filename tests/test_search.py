@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ import pytest
 from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.query.expand import expand_hit
+from memd.indexing.query.halves import halves, halves_while_embedding
+from memd.indexing.query.index_client import connect
+from memd.indexing.query.ranking import fused_rows
 from memd.indexing.query.search import (
     QUERY_VECTORS,
     Hit,
@@ -391,3 +396,63 @@ def test_extract_section_is_memsearchs() -> None:
             for level in range(5):
                 ours = extract_section(lines, start, level)
                 assert ours == _extract_section(lines, start, level), (doc, start, level)
+
+
+def test_the_bm25_half_sent_while_embedding_gives_the_rows_one_round_trip_gives(
+    index: Index,
+) -> None:
+    """A query not embedded yet sends its BM25 half first and its dense half once the
+    vector is there (`halves_while_embedding`); the fusion sees exactly the rows, scores
+    and cosines that both halves in one round trip give (`halves`)."""
+    index.write("s1.md", session_text())
+    index.write("s2.md", session_text(T0 + timedelta(days=1)))
+    client = connect(IndexTarget(index.uri, COLLECTION), 10.0)
+    needed_cosines = 0
+    try:
+        for query in ["capital of France", "Postgres port, France, billing owner, certbot"]:
+            vector = embed_one(query)
+            deadline = time.monotonic() + 10
+            at_once = halves(client, COLLECTION, vector, query, 3, "", deadline)
+            pending: Future[list[float]] = Future()
+            threading.Timer(0.05, pending.set_result, [vector]).start()
+            dense, keyword, got = halves_while_embedding(
+                client, COLLECTION, pending, query, 3, "", deadline
+            )
+            assert got == vector
+            alone = {h["entity"]["chunk_hash"] for h in keyword}
+            alone -= {h["entity"]["chunk_hash"] for h in dense}
+            needed_cosines += len(alone)  # BM25 hits the dense half did not return
+            for weight in (0.7, 0.3):
+                assert fused_rows(dense, keyword, query, 5, weight) == fused_rows(
+                    *at_once, query, 5, weight
+                )
+    finally:
+        client.close()
+    assert needed_cosines
+
+
+class _GatedEmbedder(embedding.Embedder):
+    """The daemon's real model, answering only once the gate is open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def embed(self, texts: list[str], model: str = embedding.MODEL_NAME) -> list[list[float]]:
+        self.gate.wait(30)
+        return super().embed(texts, model)
+
+
+def test_a_query_embedded_too_slowly_is_index_unavailable_and_the_next_one_answers(
+    index: Index,
+) -> None:
+    index.write("s1.md", session_text())
+    model = _GatedEmbedder()
+    s = IndexSearcher(IndexTarget(index.uri, COLLECTION), EmbeddingConfig(), embedder=model)
+    try:
+        with pytest.raises(IndexUnavailableError, match="embedding the query timed out"):
+            s.search("capital of France", timeout=1.0)
+        model.gate.set()
+        assert "Paris" in s.search("capital of France")[0].content
+    finally:
+        s.close()

@@ -185,13 +185,42 @@ class Requests:
         keys = list(dict.fromkeys(_key(hit, known) for hit in whole))
         if not keys:
             return
-        field, vector = _text(dense, "anns_field"), dense["data"]  # decoded: floats
-        found = cosines(self._db.get_collection(collection), field, vector, keys)
-        if found is None:  # rows in the memtable: a search over just these rows
-            found = self._searched_cosines(collection, field, vector, keys, known)
+        found = self._cosines(collection, dense, keys, known)
         for hit in whole:
             if _key(hit, known) in found:
                 hit["entity"]["cosine"] = found[_key(hit, known)]
+
+    def _op_nearest(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Recall's dense half after its BM25 half (sent while the query was being
+        embedded): `search`'s hits for one vector, a hit whose `known` field is in `have`
+        (rows the caller holds from the BM25 half) as that field alone, and the `cosines`
+        to the vector of the rows in `have` that are not among the hits; a row deleted
+        since gets none (the caller takes that as 0)."""
+        spec, known, have = request.get("search"), request.get("known"), request.get("have")
+        if not isinstance(spec, dict) or not isinstance(spec.get("data"), list):
+            raise RequestError("'search' must be a search request with a packed vector")
+        if not isinstance(known, str):
+            raise RequestError("'known' must be a string")
+        if not isinstance(have, list) or not all(isinstance(k, (str, int)) for k in have):
+            raise RequestError("'have' must be a list of keys")
+        collection = _text(request, "collection")
+        spec = {**spec, "collection": collection}  # `loads` unpacked the vector
+        hits = self._op_search(spec)
+        held = set(have)
+        hits = [_slim(hit, known) if _key(hit, known) in held else hit for hit in hits]
+        rest = list(dict.fromkeys(held.difference(_key(hit, known) for hit in hits)))
+        found = self._cosines(collection, spec, rest, known) if rest else {}
+        return {"hits": hits, "cosines": found}
+
+    def _cosines(
+        self, collection: str, dense: dict[str, Any], keys: list[Any], known: str
+    ) -> dict[Any, float]:
+        """The cosine of `dense`'s (decoded) vector to the rows keyed `keys`."""
+        field, vector = _text(dense, "anns_field"), dense["data"]
+        found = cosines(self._db.get_collection(collection), field, vector, keys)
+        if found is None:  # rows in the memtable: a search over just these rows
+            found = self._searched_cosines(collection, field, vector, keys, known)
+        return found
 
     def _searched_cosines(
         self, collection: str, field: str, data: list[float], keys: list[Any], known: str

@@ -93,6 +93,16 @@ class IndexClient(Protocol):
         the call's first vector request, if it has one (recall's fusion needs it)."""
         ...
 
+    def nearest(
+        self, name: str, request: SearchRequest, *, known: str, have: Sequence[str], timeout: float
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """The hits of one vector `request`, as `search` answers them, a hit whose `known`
+        field is in `have` possibly with that field alone (the caller holds its row); and
+        the cosine similarity to the request's vector of each row in `have` that is not
+        among the hits, by its `known` field (a row deleted since has none). Recall's
+        dense half, asked after its BM25 half went while the query was being embedded."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -274,6 +284,23 @@ class LiteIndexClient:
             "searches", timeout, collection=name, searches=wire, known=known, cosines=True
         )
         return [list(hits) for hits in answer]
+
+    def nearest(
+        self, name: str, request: SearchRequest, *, known: str, have: Sequence[str], timeout: float
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """One round trip; the index server computes the cosines from the unit vectors
+        it keeps for its dense searches (memd.indexing.children.query_server)."""
+        wire = {
+            "data": pack_vector(request.data),
+            "anns_field": request.anns_field,
+            "metric_type": request.metric_type,
+            "limit": request.limit,
+            "output_fields": request.output_fields,
+            "filter": request.filter,
+        }
+        args = {"search": wire, "known": known, "have": list(have)}
+        answer = self.request("nearest", timeout, collection=name, **args)
+        return list(answer["hits"]), {str(k): float(v) for k, v in answer["cosines"].items()}
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ has the contract and the local client, which never imports pymilvus)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import operator
 from collections.abc import Iterator, Sequence
@@ -138,6 +139,26 @@ class PymilvusIndexClient:
             filter=r.filter,
             timeout=timeout,
         )
+
+    def nearest(
+        self, name: str, request: SearchRequest, *, known: str, have: Sequence[str], timeout: float
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """The search, then the vectors of the rows in `have` it did not return, read by
+        key, for their cosines computed here; nothing left out of the hits."""
+        hits = self._search(name, request, [], timeout)
+        found = {(h.get("entity") or {}).get(known) for h in hits}
+        rest = [key for key in dict.fromkeys(have) if key not in found]
+        if not rest or isinstance(request.data, str):
+            return hits, {}
+        field = request.anns_field
+        rows = self.query(
+            name,
+            filter=f"{known} in {json.dumps(rest)}",
+            output_fields=[known, field],
+            limit=len(rest),
+            timeout=timeout,
+        )
+        return hits, {str(r[known]): cosine(request.data, r.get(field) or []) for r in rows}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -22,6 +22,7 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,11 +34,22 @@ from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.query import ranking
 from memd.indexing.query.embedder_client import EmbedderClient
+from memd.indexing.query.halves import (  # both also imported from here: tests, bench
+    OUTPUT_FIELDS as OUTPUT_FIELDS,
+)
+from memd.indexing.query.halves import (
+    IndexUnavailableError as IndexUnavailableError,
+)
+from memd.indexing.query.halves import (
+    halves,
+    halves_while_embedding,
+)
+from memd.indexing.query.halves import remaining as _remaining
+from memd.indexing.query.halves import vector_of as _vector_of
 from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
     IndexTransportError,
-    SearchRequest,
     connect,
 )
 from memd.indexing.query.query_embedding import QueryEmbedder
@@ -50,19 +62,9 @@ CANDIDATES = 60  # from each half, before fusion (20 -> 60: docs/quality.md roun
 DEFAULT_TIMEOUT = 10.0
 READY_SECONDS = 5.0  # how long a collection found ready is taken to stay so
 QUERY_VECTORS = 64  # the latest queries' embeddings kept (IndexSearcher._vector)
-OUTPUT_FIELDS = [
-    "content",
-    "source",
-    "heading",
-    "chunk_hash",
-    "heading_level",
-    "start_line",
-    "end_line",
-]
-
-
-class IndexUnavailableError(Exception):
-    """The client's index cannot be reached or did not answer in time (kind index_unavailable)."""
+# Query embeddings in flight (`IndexSearcher._pending_vector`), for every client: each
+# thread waits on the embedder child (or a remote provider); made on first use, idle after.
+_EMBEDDING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="memd-query-vector")
 
 
 @dataclass(frozen=True)
@@ -137,11 +139,25 @@ class IndexSearcher:
         timed = after is not None or before is not None
         expr = time_filter_expr(after, before)
         fetch = top_k * 2 if timed else top_k
-        vector = self._vector(query, deadline)
+        vector = self._pending_vector(query, deadline)
         weight = self.bm25_weight if bm25_weight is None else bm25_weight
         rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight))
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
+
+    def _pending_vector(self, query: str, deadline: float) -> Future[list[float]]:
+        """The query's embedding, done when it is one of the last kept, else computed on
+        `_EMBEDDING`'s threads while the lane sends the BM25 half (`_fused`): embedding a
+        question took about a fifth of a recall's wall time at 10k chunks, waiting for
+        the embedder child, and the BM25 half does not need it."""
+        with self._lock:
+            kept = self._vectors.get(query)
+            if kept is not None:
+                self._vectors.move_to_end(query)
+                done: Future[list[float]] = Future()
+                done.set_result(kept.tolist())
+                return done
+        return _EMBEDDING.submit(self._vector, query, deadline)
 
     def _vector(self, query: str, deadline: float) -> list[float]:
         """The query's embedding; the last QUERY_VECTORS queries' are kept. An LLM asks
@@ -232,7 +248,7 @@ class IndexSearcher:
     def _hybrid(
         self,
         client: IndexClient,
-        vector: list[float],
+        vector: Future[list[float]],
         query: str,
         limit: int,
         expr: str,
@@ -264,16 +280,24 @@ class IndexSearcher:
     def _fused(
         self,
         client: IndexClient,
-        vector: list[float],
+        vector: Future[list[float]],
         query: str,
         limit: int,
         expr: str,
         deadline: float,
         bm25_weight: float,
     ) -> list[dict[str, Any]]:
-        pool, w = max(limit, CANDIDATES), bm25_weight
-        tuned = self._tuned if vector else ranking.KEYWORDS_ONLY
-        dense, keyword = halves(client, self.target.collection, vector, query, pool, expr, deadline)
+        """Both halves in one round trip when the query's vector is at hand; else the
+        BM25 half first, while it is being embedded (`halves_while_embedding`)."""
+        pool, w, name = max(limit, CANDIDATES), bm25_weight, self.target.collection
+        if vector.done():
+            known = _vector_of(vector, deadline)
+            dense, keyword = halves(client, name, known, query, pool, expr, deadline)
+        else:
+            dense, keyword, known = halves_while_embedding(
+                client, name, vector, query, pool, expr, deadline
+            )
+        tuned = self._tuned if known else ranking.KEYWORDS_ONLY
         return ranking.fused_rows(dense, keyword, query, limit, w, tuned=tuned)
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
@@ -292,42 +316,6 @@ def _row_count(client: IndexClient, name: str, deadline: float) -> int:
         name, filter="", output_fields=["count(*)"], limit=None, timeout=_remaining(deadline)
     )
     return int(rows[0]["count(*)"]) if rows else 0
-
-
-def halves(
-    client: IndexClient,
-    name: str,
-    vector: list[float],
-    query: str,
-    pool: int,
-    expr: str,
-    deadline: float,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The two raw requests of a search: the best `pool` chunks by cosine similarity to
-    `vector`, and by BM25 for `query` (each with its `cosine` to `vector`, computed by
-    the index). The one place recall talks to the index about ranking. No vector (the
-    embedder is down): no dense half.
-
-    Both go in one round trip (`IndexClient.searches`), and a BM25 hit the dense half
-    found comes back as its `chunk_hash` alone: `ranking.fused_rows` takes its row and
-    cosine from the dense half anyway. At 10k chunks this saved a round trip
-    (docs/quality.md, "Recall latency"); the index computing the other hits' cosines,
-    not memd from their embeddings, a fifth of memd's CPU time in a recall
-    (docs/performance.md, "Recall latency, round 9")."""
-    keyword = SearchRequest(query, "sparse_vector", "BM25", pool, OUTPUT_FIELDS, expr)
-    if not vector:  # no dense half to ask (an empty vector: keywords alone)
-        [hits] = client.searches(name, [keyword], known="chunk_hash", timeout=_remaining(deadline))
-        return [], hits
-    dense = SearchRequest(vector, "embedding", "COSINE", pool, OUTPUT_FIELDS, expr)
-    both = client.searches(name, [dense, keyword], known="chunk_hash", timeout=_remaining(deadline))
-    return both[0], both[1]
-
-
-def _remaining(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise IndexUnavailableError("index search timed out")
-    return left
 
 
 def _hit(row: dict[str, Any]) -> Hit:

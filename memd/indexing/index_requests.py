@@ -1,8 +1,9 @@
 """Recall's index requests as JSON lines on a second socket of the index server: the wire format.
 
-memd's recall needs seven requests of a client's index (`has_collection`,
-`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`, and
-`searches`, several searches in one round trip). Made with
+memd's recall needs eight requests of a client's index (`has_collection`,
+`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`,
+`searches`, several searches in one round trip, and `nearest`, the dense half after the
+BM25 half with the cosines of the BM25 hits it did not return). Made with
 pymilvus over gRPC they cost memd ~90 MB: pymilvus pulls in pandas, pyarrow, gRPC and
 protobuf (docs/performance.md). The index server already holds the engine (Milvus
 Lite's `MilvusLite` database, in-process), so it answers these requests itself, on

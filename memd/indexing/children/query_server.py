@@ -1,8 +1,9 @@
 """The index server's side of recall's JSON requests: run each on the engine, answer it.
 
-memd's recall sends seven requests of a client's index (`has_collection`,
-`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`, and
-`searches`: several searches in one round trip) as JSON
+memd's recall sends eight requests of a client's index (`has_collection`,
+`get_collection_stats`, `get_load_state`, `load_collection`, `query`, `search`,
+`searches`: several searches in one round trip, and `nearest`: the dense half after the
+BM25 half) as JSON
 lines on the index server's second socket; `memd.indexing.index_requests` is the wire
 format and says why. `QueryServer` serves that socket beside gRPC, in both index server
 kinds, each request run directly on the in-process Milvus Lite database, the same calls

@@ -2,7 +2,8 @@
 
 Recall reaches the index through `index_client`: JSON lines to the index server's second
 socket (so memd never imports pymilvus), or pymilvus for a Milvus server; the connection
-is kept. The query is embedded in-process with the model the watcher indexes with.
+is kept. The query is embedded with the model the watcher indexes with (the embedder
+child for a bundled model), on a pool thread while the BM25 half is already asked.
 
 The search asks the index for its two halves over the same filter, as memsearch's
 `MilvusStore.search` does (memsearch 0.4.23), but fuses them in memd: a dense COSINE request

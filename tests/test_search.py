@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from memd.indexing.query.search import (
     Hit,
     IndexSearcher,
     IndexUnavailableError,
+    InFlight,
     in_range,
     time_filter_expr,
 )
@@ -454,5 +455,34 @@ def test_a_query_embedded_too_slowly_is_index_unavailable_and_the_next_one_answe
             s.search("capital of France", timeout=1.0)
         model.gate.set()
         assert "Paris" in s.search("capital of France")[0].content
+    finally:
+        s.close()
+
+
+def test_only_a_search_that_runs_alone_overlaps_its_embedding() -> None:
+    flights = InFlight()
+    with flights.entered() as first, flights.entered() as second:
+        assert (first, second) == (True, False)
+    with pytest.raises(ValueError), flights.entered():
+        raise ValueError
+    with flights.entered() as again:
+        assert again  # the failed one was counted out
+
+
+def test_searches_in_flight_together_each_find_their_answer(index: Index) -> None:
+    """The first search overlaps its embedding with its BM25 half; the second, begun
+    while the first waits for its vector, embeds first (`InFlight`). Both answer."""
+    index.write("s1.md", session_text())
+    model = _GatedEmbedder()
+    s = IndexSearcher(IndexTarget(index.uri, COLLECTION), EmbeddingConfig(), embedder=model)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(s.search, "capital of France")
+            time.sleep(0.3)  # the first is waiting for its vector
+            second = pool.submit(s.search, "staging Postgres port")
+            time.sleep(0.3)
+            model.gate.set()
+            assert "Paris" in first.result(30)[0].content
+            assert "6543" in second.result(30)[0].content
     finally:
         s.close()

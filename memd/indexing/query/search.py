@@ -22,7 +22,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,6 +66,36 @@ QUERY_VECTORS = 64  # the latest queries' embeddings kept (IndexSearcher._vector
 # Query embeddings in flight (`IndexSearcher._pending_vector`), for every client: each
 # thread waits on the embedder child (or a remote provider); made on first use, idle after.
 _EMBEDDING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="memd-query-vector")
+
+
+class InFlight:
+    """How many searches memd runs now, every client's: `_pending_vector` overlaps the
+    embedding with the BM25 half only for a search that runs alone.
+
+    Under bench/load.py (20 clients, 2 cores, 600 s) overlapping every search made
+    recall slower (p50 2.1 -> 2.6 s, 15 % fewer recalls answered) and records too: the
+    cores were busy with other recalls already, and the second round trip waits once
+    more for the GIL in memd and in the index server (docs/performance.md, "Recall
+    latency, round 10")."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[bool]:
+        """Count a search for as long as it runs; yields whether it is the only one."""
+        with self._lock:
+            self._count += 1
+            alone = self._count == 1
+        try:
+            yield alone
+        finally:
+            with self._lock:
+                self._count -= 1
+
+
+_SEARCHES = InFlight()
 
 
 @dataclass(frozen=True)
@@ -140,25 +170,32 @@ class IndexSearcher:
         timed = after is not None or before is not None
         expr = time_filter_expr(after, before)
         fetch = top_k * 2 if timed else top_k
-        vector = self._pending_vector(query, deadline)
         weight = self.bm25_weight if bm25_weight is None else bm25_weight
-        rows = self._call(lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight))
+        with _SEARCHES.entered() as alone:
+            vector = self._pending_vector(query, deadline, overlap=alone)
+            rows = self._call(
+                lambda c: self._hybrid(c, vector, query, fetch, expr, deadline, weight)
+            )
         hits = [_hit(row) for row in rows]
         return [h for h in hits if in_range(h.when, after, before)][:top_k]
 
-    def _pending_vector(self, query: str, deadline: float) -> Future[list[float]]:
-        """The query's embedding, done when it is one of the last kept, else computed on
-        `_EMBEDDING`'s threads while the lane sends the BM25 half (`_fused`): embedding a
-        question took about a fifth of a recall's wall time at 10k chunks, waiting for
-        the embedder child, and the BM25 half does not need it."""
+    def _pending_vector(self, query: str, deadline: float, *, overlap: bool) -> Future[list[float]]:
+        """The query's embedding: done when it is one of the last kept or not to
+        `overlap` (computed here first), else computed on `_EMBEDDING`'s threads while
+        the lane sends the BM25 half (`_fused`): embedding a question took about a fifth
+        of a recall's wall time at 10k chunks, waiting for the embedder child, and the
+        BM25 half does not need it."""
+        done: Future[list[float]] = Future()
         with self._lock:
             kept = self._vectors.get(query)
             if kept is not None:
                 self._vectors.move_to_end(query)
-                done: Future[list[float]] = Future()
                 done.set_result(kept.tolist())
                 return done
-        return _EMBEDDING.submit(self._vector, query, deadline)
+        if overlap:
+            return _EMBEDDING.submit(self._vector, query, deadline)
+        done.set_result(self._vector(query, deadline))
+        return done
 
     def _vector(self, query: str, deadline: float) -> list[float]:
         """The query's embedding; the last QUERY_VECTORS queries' are kept. An LLM asks

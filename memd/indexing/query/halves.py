@@ -42,8 +42,7 @@ def halves(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The two raw requests of a search: the best `pool` chunks by cosine similarity to
     `vector`, and by BM25 for `query` (each with its `cosine` to `vector`, computed by
-    the index). The one place recall talks to the index about ranking. No vector (the
-    embedder is down): no dense half.
+    the index). No vector (the embedder is down): no dense half.
 
     Both go in one round trip (`IndexClient.searches`), and a BM25 hit the dense half
     found comes back as its `chunk_hash` alone: `ranking.fused_rows` takes its row and

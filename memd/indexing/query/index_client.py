@@ -269,17 +269,7 @@ class LiteIndexClient:
     ) -> list[list[dict[str, Any]]]:
         """All in one round trip; the index server leaves out what an earlier request of
         the same call returned already (memd.indexing.children.query_server)."""
-        wire = [
-            {
-                "data": r.data if isinstance(r.data, str) else pack_vector(r.data),
-                "anns_field": r.anns_field,
-                "metric_type": r.metric_type,
-                "limit": r.limit,
-                "output_fields": r.output_fields,
-                "filter": r.filter,
-            }
-            for r in requests
-        ]
+        wire = [_wire(r) for r in requests]
         answer = self.request(
             "searches", timeout, collection=name, searches=wire, known=known, cosines=True
         )
@@ -290,15 +280,7 @@ class LiteIndexClient:
     ) -> tuple[list[dict[str, Any]], dict[str, float]]:
         """One round trip; the index server computes the cosines from the unit vectors
         it keeps for its dense searches (memd.indexing.children.query_server)."""
-        wire = {
-            "data": pack_vector(request.data),
-            "anns_field": request.anns_field,
-            "metric_type": request.metric_type,
-            "limit": request.limit,
-            "output_fields": request.output_fields,
-            "filter": request.filter,
-        }
-        args = {"search": wire, "known": known, "have": list(have)}
+        args = {"search": _wire(request), "known": known, "have": list(have)}
         answer = self.request("nearest", timeout, collection=name, **args)
         return list(answer["hits"]), {str(k): float(v) for k, v in answer["cosines"].items()}
 
@@ -307,3 +289,15 @@ class LiteIndexClient:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _wire(r: SearchRequest) -> dict[str, Any]:
+    """One search as the index server reads it: a vector packed, a text as it is."""
+    return {
+        "data": r.data if isinstance(r.data, str) else pack_vector(r.data),
+        "anns_field": r.anns_field,
+        "metric_type": r.metric_type,
+        "limit": r.limit,
+        "output_fields": r.output_fields,
+        "filter": r.filter,
+    }

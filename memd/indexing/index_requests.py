@@ -96,8 +96,8 @@ def _all_floats(values: list[Any] | tuple[Any, ...]) -> bool:
 
 
 # Values JSON writes as they are. A search's reply is ~900 of them (120 hits of 7 fields),
-# and each went through every check below: a sixth of answering recall's two searches at
-# 10k chunks (py-spy of the index server on fresh questions; docs/performance.md).
+# and each went through every check below: encoding was 9 % of answering recall's two
+# searches at 10k chunks (py-spy of the index server on fresh questions; docs/performance.md).
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 

@@ -294,7 +294,8 @@ def _hits(
 ) -> list[dict[str, Any]]:
     """Lite's hit dicts for (distance, segment, row) picks, in their order.
 
-    Only the columns the projection reads are taken, one `take` per segment: reading
+    Only the columns the projection reads are taken, with one `take` each per segment
+    (a table built per segment for one `take` cost more, py-spy round 10): reading
     every column of a hit cell by cell (its 256-float embedding included, as Lite does)
     was most of a search once visibility was cached."""
     import pyarrow as pa

@@ -35,18 +35,14 @@ from memd.config import EmbeddingConfig
 from memd.indexing import embedding
 from memd.indexing.query import ranking
 from memd.indexing.query.embedder_client import EmbedderClient
-from memd.indexing.query.halves import (  # both also imported from here: tests, bench
-    OUTPUT_FIELDS as OUTPUT_FIELDS,
-)
 from memd.indexing.query.halves import (
-    IndexUnavailableError as IndexUnavailableError,
-)
-from memd.indexing.query.halves import (
+    OUTPUT_FIELDS,  # noqa: F401 - tests and bench import it from here
+    IndexUnavailableError,
     halves,
     halves_while_embedding,
+    remaining,
+    vector_of,
 )
-from memd.indexing.query.halves import remaining as _remaining
-from memd.indexing.query.halves import vector_of as _vector_of
 from memd.indexing.query.index_client import (
     IndexClient,
     IndexRequestError,
@@ -208,7 +204,7 @@ class IndexSearcher:
                 self._vectors.move_to_end(query)
                 return kept.tolist()
         try:
-            vector = self._embedder.vector(query, _remaining(deadline))  # []: keywords only
+            vector = self._embedder.vector(query, remaining(deadline))  # []: keywords only
         except TimeoutError:
             raise IndexUnavailableError("embedding the query timed out") from None
         with self._lock:
@@ -226,14 +222,14 @@ class IndexSearcher:
         expr = f"source in {json.dumps(sources)}"
 
         def run(client: IndexClient) -> list[tuple[str, str]]:
-            if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
+            if not client.has_collection(self.target.collection, timeout=remaining(deadline)):
                 return []
             rows = client.query(
                 self.target.collection,
                 filter=expr,
                 output_fields=["source", "heading"],
                 limit=16_384,
-                timeout=_remaining(deadline),
+                timeout=remaining(deadline),
             )
             return [(r["source"], r["heading"]) for r in rows]
 
@@ -244,7 +240,7 @@ class IndexSearcher:
         deadline = time.monotonic() + (timeout or self.timeout)
 
         def run(client: IndexClient) -> int:
-            if not client.has_collection(self.target.collection, timeout=_remaining(deadline)):
+            if not client.has_collection(self.target.collection, timeout=remaining(deadline)):
                 return 0
             return _row_count(client, self.target.collection, deadline)
 
@@ -306,7 +302,7 @@ class IndexSearcher:
             except IndexRequestError:
                 self._ready_until = 0.0
         name = self.target.collection
-        if not client.has_collection(name, timeout=_remaining(deadline)):
+        if not client.has_collection(name, timeout=remaining(deadline)):
             return []
         self._ensure_loaded(client, deadline)
         # BM25 over an empty collection fails (avgdl = 0); memsearch checks the same way.
@@ -329,7 +325,7 @@ class IndexSearcher:
         BM25 half first, while it is being embedded (`halves_while_embedding`)."""
         pool, w, name = max(limit, CANDIDATES), bm25_weight, self.target.collection
         if vector.done():
-            known = _vector_of(vector, deadline)
+            known = vector_of(vector, deadline)
             dense, keyword = halves(client, name, known, query, pool, expr, deadline)
         else:
             dense, keyword, known = halves_while_embedding(
@@ -340,18 +336,18 @@ class IndexSearcher:
 
     def _ensure_loaded(self, client: IndexClient, deadline: float) -> None:
         """A restarted Milvus Lite opens indexed collections released; search needs them loaded."""
-        state = client.get_load_state(self.target.collection, timeout=_remaining(deadline))
+        state = client.get_load_state(self.target.collection, timeout=remaining(deadline))
         if str(state.get("state", "")).endswith("Loaded"):
             return
-        client.load_collection(self.target.collection, timeout=_remaining(deadline))
+        client.load_collection(self.target.collection, timeout=remaining(deadline))
 
 
 def _row_count(client: IndexClient, name: str, deadline: float) -> int:
-    stats = client.get_collection_stats(name, timeout=_remaining(deadline))
+    stats = client.get_collection_stats(name, timeout=remaining(deadline))
     if int(stats.get("row_count", 0)) > 0:
         return int(stats["row_count"])
     rows = client.query(
-        name, filter="", output_fields=["count(*)"], limit=None, timeout=_remaining(deadline)
+        name, filter="", output_fields=["count(*)"], limit=None, timeout=remaining(deadline)
     )
     return int(rows[0]["count(*)"]) if rows else 0
 

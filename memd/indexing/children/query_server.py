@@ -209,7 +209,8 @@ class Requests:
         hits = self._op_search(spec)
         held = set(have)
         hits = [_slim(hit, known) if _key(hit, known) in held else hit for hit in hits]
-        rest = list(dict.fromkeys(held.difference(_key(hit, known) for hit in hits)))
+        returned = {_key(hit, known) for hit in hits}
+        rest = [key for key in dict.fromkeys(have) if key not in returned]
         found = self._cosines(collection, spec, rest, known) if rest else {}
         return {"hits": hits, "cosines": found}
 

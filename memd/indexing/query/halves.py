@@ -88,7 +88,7 @@ def halves_while_embedding(
     for hit in found:  # a row the BM25 half brought came back as its key alone
         key = hit["entity"]["chunk_hash"]
         if key in rows:
-            hit["entity"] = {k: v for k, v in rows[key].items() if k != "cosine"}
+            hit["entity"] = dict(rows[key])  # before any row gets its cosine below
     for key, cos in cosines.items():
         if key in rows:
             rows[key]["cosine"] = cos

@@ -201,6 +201,11 @@ class SessionBook:
 
     # --- what goes out -------------------------------------------------------------------
 
+    def saved(self, op: Op) -> None:
+        """The op's change is on disk: its nodes and keys may leave memory."""
+        self.index.saved(op.nodes)
+        self.keys.saved(op.keys)
+
     def change(self, op: Op) -> Change:
         """The rows and bytes an op commits."""
         change = Change(

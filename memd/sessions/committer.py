@@ -31,6 +31,7 @@ class _Pending:
     events: list[SessionEvent]
     future: asyncio.Future[None]
     hooks_done: asyncio.Future[None] | None
+    on_commit: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +114,26 @@ class Committer:
         await self.enqueue(change, events, wait_hooks=wait_hooks)
 
     def enqueue(
-        self, change: Change, events: list[SessionEvent], *, wait_hooks: bool = False
+        self,
+        change: Change,
+        events: list[SessionEvent],
+        *,
+        wait_hooks: bool = False,
+        on_commit: Callable[[], None] | None = None,
     ) -> Awaitable[None]:
         """Queue a change now (changes commit in the order they are queued); the result
-        resolves as `submit` returns. Lets a caller queue under its lock and wait after."""
+        resolves as `submit` returns. Lets a caller queue under its lock and wait after.
+        `on_commit` runs on the event loop once the change is on disk, whether or not
+        anybody still awaits the result (not when the commit fails)."""
         if self._closing or self._executor is None:
             raise StorageError("session store is closed")
         loop = asyncio.get_running_loop()
         item = _Pending(
-            change, events, loop.create_future(), loop.create_future() if wait_hooks else None
+            change,
+            events,
+            loop.create_future(),
+            loop.create_future() if wait_hooks else None,
+            on_commit,
         )
         self._queue.append(item)
         self._wake.set()
@@ -142,6 +154,8 @@ class Committer:
                 await self._fail(batch, exc)
                 continue
             for item in batch:
+                if item.on_commit is not None:
+                    item.on_commit()
                 for event in item.events:
                     self._hook_queue.put_nowait(event)
                 if item.hooks_done is not None:

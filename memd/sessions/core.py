@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,8 +82,10 @@ class SessionCore:
 
     def enqueue(self, op: Op, *, wait_hooks: bool = False) -> Awaitable[None]:
         """Queue the op's change (in decision order); await: it is on disk (and hooks ran)."""
-        change = self.book.change(op)
-        return self.committer.enqueue(change, op.events, wait_hooks=wait_hooks)
+        book = self.book
+        return self.committer.enqueue(
+            book.change(op), op.events, wait_hooks=wait_hooks, on_commit=partial(book.saved, op)
+        )
 
     def refuse_while_rewriting(self) -> None:
         """Fail fast with `busy` while a rewrite holds or awaits the decision lock."""

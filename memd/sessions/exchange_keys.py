@@ -12,8 +12,8 @@ What identifies an exchange is its user and assistant text as written to the tra
 (after `transcript.clean_text`: line breaks unified, lone surrogates replaced), digested
 with blake2b. The `timestamp` of an import only labels an exchange and is not compared.
 Keys are kept for good, like the conversations they belong to, in the state database;
-memory holds the 2,000 used last (~320 bytes each with a UUID-sized id, measured with
-tracemalloc) and any other is looked up on disk.
+memory holds the 256 used last (~320 bytes each with a UUID-sized id, measured with
+tracemalloc) and those not yet committed, and any other is looked up on disk.
 
 Concurrency. `ClientSessions.record_exchange` looks a key up and adds it in the same
 synchronous step as its write decision, before the commit, so of two identical calls in
@@ -37,6 +37,7 @@ from memd.errors import ExchangeConflict
 from memd.layout import ClientLayout
 from memd.sessions import sealing
 from memd.sessions.chat import InvalidRecord
+from memd.sessions.recent import Recent
 
 MAX_EXCHANGE_ID = 256
 KeyRow = tuple[int, str, bytes, str, int]  # conversation, exchange_id, digest, session, number
@@ -83,7 +84,7 @@ class KeyStore(Protocol):
     def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None: ...
 
 
-KEYS_CAPACITY = 2_000  # keys a client keeps in memory when a store backs them
+KEYS_CAPACITY = 256  # committed keys a client keeps in memory when a store backs them
 
 
 class ExchangeKeys:
@@ -92,7 +93,8 @@ class ExchangeKeys:
     Entries are added when a call decides to write, before its commit, so a concurrent
     call with the same key finds it at once; a failed commit reloads the whole state
     from disk, and with it this table. With a `store`, memory keeps the `capacity` keys
-    used last and asks the store for the others (evicted keys are long committed).
+    used last and every key not yet committed (`saved` is told of each commit), and asks
+    the store for the others (memd.sessions.recent).
     """
 
     def __init__(
@@ -102,11 +104,12 @@ class ExchangeKeys:
         store: KeyStore | None = None,
         capacity: int = KEYS_CAPACITY,
     ) -> None:
-        self._seen: dict[tuple[int, str], Recorded] = {}  # oldest use first
+        self._seen: Recent[tuple[int, str], Recorded] = Recent(
+            capacity if store is not None else None
+        )
         self._store = store
-        self._capacity = max(1, capacity) if store is not None else None
         for conv, exchange_id, dig, session_id, number in rows:
-            self._keep((conv, exchange_id), Recorded(bytes(dig), session_id, number))
+            self._seen.keep((conv, exchange_id), Recorded(bytes(dig), session_id, number))
 
     def __len__(self) -> int:
         """Keys held in memory (not those only the store has)."""
@@ -118,20 +121,18 @@ class ExchangeKeys:
             row = self._store.exchange_key(conv, exchange_id)
             if row is not None:
                 seen = Recorded(bytes(row[0]), row[1], row[2])
-                self._keep((conv, exchange_id), seen)
+                self._seen.keep((conv, exchange_id), seen)
         return seen
 
     def add(self, conv: int, exchange_id: str, dig: bytes, session_id: str, number: int) -> KeyRow:
         """Note a key for an exchange being written; the row to commit with it."""
         assert (conv, exchange_id) not in self._seen, "a known key must be replayed"
-        self._keep((conv, exchange_id), Recorded(dig, session_id, number))
+        self._seen.add((conv, exchange_id), Recorded(dig, session_id, number))
         return conv, exchange_id, dig, session_id, number
 
-    def _keep(self, key: tuple[int, str], seen: Recorded) -> None:
-        self._seen.pop(key, None)  # re-insert: the most recently used come last
-        self._seen[key] = seen
-        if self._capacity is not None and len(self._seen) > self._capacity:
-            del self._seen[next(iter(self._seen))]
+    def saved(self, rows: Iterable[KeyRow]) -> None:
+        """`add`'s rows are on disk: memory may let them go (memd.sessions.recent)."""
+        self._seen.saved((conv, exchange_id) for conv, exchange_id, _, _, _ in rows)
 
 
 def replay(

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from memd.sessions.messages import Message
+from memd.sessions.recent import Recent
 
 PREAMBLE_ROLES = frozenset({"system", "developer"})
 _ROOT = b"\0" * 16
@@ -37,7 +38,7 @@ def chained_hashes(messages: Sequence[Message], base: bytes | None = None) -> li
 
 
 Node = tuple[bytes, int, int, bytes | None]  # hash, conversation, exchange, parent hash
-INDEX_CAPACITY = 2_000  # nodes a client keeps in memory when a store backs the index
+INDEX_CAPACITY = 256  # committed nodes a client keeps in memory when a store backs the index
 
 
 class NodeStore(Protocol):
@@ -73,10 +74,10 @@ class PrefixIndex:
     Cost per request: at most n - p probes (two for a usual continuation) and O(new
     messages) to add; nothing per stored message. Memory: ~200 bytes per node kept.
 
-    With a `store` (the committed nodes on disk), memory holds only the `capacity` nodes
-    used last: a miss asks the store, and a hit there is kept again. Without one, every
-    node stays in memory. Evicted nodes are long committed (capacity >> calls in flight),
-    so memory and store together always know every node; a failed commit reloads both.
+    With a `store` (the committed nodes on disk), memory holds the `capacity` nodes used
+    last and every node not yet committed (`saved` is told of each commit): a miss asks
+    the store, and a hit there is kept again. Without one, every node stays in memory.
+    So memory and store together always know every node; a failed commit reloads both.
     """
 
     def __init__(
@@ -86,14 +87,14 @@ class PrefixIndex:
         store: NodeStore | None = None,
         capacity: int = INDEX_CAPACITY,
     ) -> None:
-        self._nodes: dict[bytes, tuple[int, int]] = {}  # oldest use first
-        self._parents: dict[bytes, None] = {}  # hashes with children, oldest use first
+        limit = capacity if store is not None else None
+        self._nodes: Recent[bytes, tuple[int, int]] = Recent(limit)
+        self._parents: Recent[bytes, bool] = Recent(limit)  # hashes with children
         self._store = store
-        self._capacity = max(1, capacity) if store is not None else None
         for h, conv, exchange, parent in nodes:
-            self._keep(h, (conv, exchange))
+            self._nodes.keep(h, (conv, exchange))
             if parent is not None:
-                self._keep_parent(parent)
+                self._parents.keep(parent, True)
 
     def __len__(self) -> int:
         """Nodes held in memory (not those only the store has)."""
@@ -104,28 +105,16 @@ class PrefixIndex:
         if hit is None and self._store is not None:
             hit = self._store.node(h)
             if hit is not None:
-                self._keep(h, hit)
+                self._nodes.keep(h, hit)
         return hit
 
     def _has_children(self, h: bytes) -> bool:
         if h in self._parents:
             return True
         if self._store is not None and self._store.has_children(h):
-            self._keep_parent(h)
+            self._parents.keep(h, True)
             return True
         return False
-
-    def _keep(self, h: bytes, value: tuple[int, int]) -> None:
-        self._nodes.pop(h, None)  # re-insert: the most recently used come last
-        self._nodes[h] = value
-        if self._capacity is not None and len(self._nodes) > self._capacity:
-            del self._nodes[next(iter(self._nodes))]
-
-    def _keep_parent(self, h: bytes) -> None:
-        self._parents.pop(h, None)
-        self._parents[h] = None
-        if self._capacity is not None and len(self._parents) > self._capacity:
-            del self._parents[next(iter(self._parents))]
 
     def classify(
         self, msgs: Sequence[Message], hashes: Sequence[bytes], base: bytes | None = None
@@ -162,11 +151,17 @@ class PrefixIndex:
         rows: list[Node] = []
         for h, exchange in zip(hashes[k:], exchanges, strict=True):
             rows.append((h, conv, exchange, parent))
-            self._keep(h, (conv, exchange))
+            self._nodes.add(h, (conv, exchange))
             if parent is not None:
-                self._keep_parent(parent)
+                self._parents.add(parent, True)
             parent = h
         return rows
+
+    def saved(self, rows: Iterable[Node]) -> None:
+        """`add`'s rows are on disk: memory may let them go (memd.sessions.recent)."""
+        rows = list(rows)
+        self._nodes.saved(h for h, _, _, _ in rows)
+        self._parents.saved(parent for _, _, _, parent in rows if parent is not None)
 
 
 def preamble_length(messages: Sequence[Message]) -> int:

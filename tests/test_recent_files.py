@@ -57,6 +57,18 @@ def test_files_of_many_clients_stay_within_one_budget(
     assert recent.kept(paths[-1]) is kept
 
 
+def test_offsets_take_four_bytes_a_line_below_four_gib(tmp_path: Path) -> None:
+    path = _transcript(tmp_path / "t.md", 100_000)
+    recent = RecentFiles()
+    _read(recent, path)
+    kept = recent.kept(path)
+    assert kept is not None and kept.ends.itemsize == 4
+    assert recent.held() == 4 * path.read_bytes().count(b"\n")
+    # A file past 4 GiB (never a transcript in practice) would need 8 bytes an offset.
+    assert files.array(files._offsets(2**32)).itemsize == 8
+    assert files.array(files._offsets(2**32 - 1)).itemsize == 4
+
+
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -102,7 +114,7 @@ def test_a_line_is_read_from_the_file_not_kept(tmp_path: Path) -> None:
     _read(recent, path)
     kept = recent.kept(path)
     assert kept is not None and len(kept.ends) == 96_774
-    assert recent.held() == 8 * 96_774  # 8 bytes a line, not 3 MB of text
+    assert recent.held() == 4 * 96_774  # 4 bytes a line, not 3 MB of text
     fd = os.open(path, os.O_RDONLY)
     try:
         lines = recent.lines(path, fd)

@@ -4,7 +4,7 @@ A recall opens each file it shows once (memd.trust.open_served) and keeps the de
 until it ends (`LineCache.close`); a line is read with `os.pread` when asked for, through
 a small window (`Window`) so that walking a few hundred lines up to a conversation's
 header costs one read. What is kept between recalls is each recent file's newline
-offsets (8 bytes a line) and identity (`Scanned`), never its text: a file unchanged since
+offsets (4 bytes a line) and identity (`Scanned`), never its text: a file unchanged since
 is not read at all, and one that only grew is scanned from where it ended.
 
 Why: recall read each transcript whole. Under an hour of bench/load.py (20 clients, each
@@ -33,7 +33,7 @@ from memd import trust
 from memd.markdown import FileLines, has_other_breaks, lines_of, newlines
 
 RECENT_FILES = 64
-RECENT_BYTES = 8 * 1024 * 1024  # of newline offsets kept: ~1M lines
+RECENT_BYTES = 4 * 1024 * 1024  # of newline offsets kept: ~1M lines (4 bytes each)
 BLOCK = 1024 * 1024  # bytes scanned at a time for newlines
 TAIL = 256  # bytes at a file's end that an append must leave in place
 WINDOW = 64 * 1024  # bytes read around a line asked for
@@ -158,13 +158,19 @@ def scan(fd: int, key: tuple[int, int, int, int], before: Scanned | None) -> Sca
     `before` (the same file, shorter) ended; None if it holds another line break."""
     size = key[2]
     start = before.size if before is not None else 0
-    ends: array[int] = array("q", before.ends if before is not None else ())
+    ends: array[int] = array(_offsets(size), before.ends if before is not None else ())
     for lo, seen, block in _blocks(fd, start, size):
         if has_other_breaks(block):
             return None
         ends.extend(newlines(block, seen, lo))
     tail = os.pread(fd, min(TAIL, size), size - min(TAIL, size))
     return Scanned(key, ends, tail)
+
+
+def _offsets(size: int) -> str:
+    """The array type code for offsets into a file of `size` bytes: 4 bytes each below
+    4 GiB (half of what 8 would hold in memory), 8 beyond."""
+    return "I" if size < 2**32 and array("I").itemsize == 4 else "q"
 
 
 def _blocks(fd: int, start: int, size: int) -> Iterator[tuple[int, int, bytes]]:

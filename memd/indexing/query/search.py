@@ -58,7 +58,7 @@ log = structlog.get_logger()
 CANDIDATES = 60  # from each half, before fusion (20 -> 60: docs/quality.md round 7)
 DEFAULT_TIMEOUT = 10.0
 READY_SECONDS = 5.0  # how long a collection found ready is taken to stay so
-QUERY_VECTORS = 64  # the latest queries' embeddings kept (IndexSearcher._vector)
+QUERY_VECTORS = 16  # the latest queries' embeddings kept, per client (IndexSearcher._vector)
 # Query embeddings in flight (`IndexSearcher._pending_vector`), for every client: each
 # thread waits on the embedder child (or a remote provider); made on first use, idle after.
 _EMBEDDING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="memd-query-vector")
@@ -197,7 +197,8 @@ class IndexSearcher:
         """The query's embedding; the last QUERY_VECTORS queries' are kept. An LLM asks
         again what it asked a moment ago (a retry, the same question in a new turn), and
         a vector is the same every time (the model runs each text on its own), so only
-        the model's few ms are saved: no result changes."""
+        the model's few ms are saved: no result changes. 16, not 64: at 3 KB a vector,
+        64 a client came to 4 MB of memd at 20 clients, for repeats a moment apart."""
         with self._lock:
             kept = self._vectors.get(query)
             if kept is not None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,47 @@ def test_large_blocks_stay_mapped_after_a_larger_one_is_freed(mode: str, mapped:
         check=True,
     )
     assert (json.loads(out.stdout)["mapped"] >= 1 << 20) is mapped, out.stdout
+
+
+# What SQLite itself holds for ten connections that each read a table, with and without
+# memd.heap.sqlite_pages_on_demand; and that it leaves a library in use alone.
+SQLITE_PROGRAM = textwrap.dedent("""
+    import ctypes, json, sqlite3, sys, tempfile
+    from memd import heap
+
+    on_demand = heap.sqlite_pages_on_demand() if sys.argv[1] == "on" else None
+    lib = ctypes.CDLL([l.split()[-1] for l in open("/proc/self/maps") if "/libsqlite3" in l][0])
+    used, high = ctypes.c_int64(), ctypes.c_int64()
+    path = tempfile.mktemp()
+    conns = [sqlite3.connect(path) for _ in range(10)]
+    conns[0].execute("CREATE TABLE t (a)")
+    conns[0].executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1000)])
+    conns[0].commit()
+    rows = [c.execute("SELECT count(*) FROM t").fetchone()[0] for c in conns]
+    lib.sqlite3_status64(0, ctypes.byref(used), ctypes.byref(high), 0)
+    again = heap.sqlite_pages_on_demand()  # a connection is open: refused
+    print(json.dumps({"on_demand": on_demand, "again": again, "rows": rows,
+                      "used": used.value}))
+""")
+
+
+def _sqlite_figures(mode: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", SQLITE_PROGRAM, mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    figures: dict[str, Any] = json.loads(out.stdout)
+    return figures
+
+
+def test_sqlite_allocates_cache_pages_as_used_not_twenty_a_connection() -> None:
+    plain, on_demand = _sqlite_figures("off"), _sqlite_figures("on")
+    if on_demand["on_demand"] is False:
+        pytest.skip("this Python's sqlite3 is not linked to a shared libsqlite3")
+    assert on_demand["on_demand"] is True and on_demand["again"] is False
+    assert plain["rows"] == on_demand["rows"] == [1000] * 10
+    # ~108 KB a connection before, ~30 KB after (20 pages of ~4 KB no longer allocated)
+    assert plain["used"] - on_demand["used"] > 10 * 60_000, (plain, on_demand)

@@ -334,6 +334,7 @@ async def _logged(coro: Awaitable[None], name: str) -> None:
 def run_daemon(config_path: Path, config: Config, services: Sequence[Service] = ()) -> int:
     """Entry point for `memd run`; `services` are the front ends it runs beside the socket."""
     heap.tune()  # before any thread starts: see memd/heap.py
+    heap.sqlite_pages_on_demand()  # before any connection is opened
     before, after = fds.raise_open_files()  # see memd/fds.py; children inherit it
     log.info("memd.open_files", soft_before=before, soft=after)
     os.umask(trust.PRIVATE_UMASK)  # every file memd and its children create: 0600 / 0700

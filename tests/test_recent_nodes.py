@@ -28,11 +28,26 @@ def a(text: str) -> dict[str, Any]:
 
 def hold_commits(cs: ClientSessions) -> threading.Event:
     """Block the client's one commit thread until the returned event is set."""
-    gate = threading.Event()
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait(30)
+
     executor = cs._core.committer._executor
     assert executor is not None
-    executor.submit(gate.wait, 30)
+    executor.submit(hold)
+    assert holding.wait(10), "the commit thread never took the gate"
     return gate
+
+
+async def queued(cs: ClientSessions, n: int) -> None:
+    """Wait until `n` decided changes wait for the held commit thread."""
+    for _ in range(1000):
+        if cs._core.committer.unsaved >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{n} changes were never queued")
 
 
 def test_an_edit_decided_before_the_first_call_commits_finds_its_branch(tmp_path: Path) -> None:
@@ -41,11 +56,11 @@ def test_an_edit_decided_before_the_first_call_commits_finds_its_branch(tmp_path
             gate = hold_commits(cs)
             long_chat = [u("q1"), a("a1"), u("q2"), a("a2"), u("q3")]
             first = asyncio.ensure_future(cs.record_chat(long_chat, a("a3")))
-            await asyncio.sleep(0.05)  # decided and queued; its commit waits for the gate
+            await queued(cs, 1)  # decided; its commit waits for the gate
             edit = asyncio.ensure_future(
                 cs.record_chat([u("q1"), a("a1"), u("q2, edited")], a("a2'"))
             )
-            await asyncio.sleep(0.05)
+            await queued(cs, 2)
             gate.set()
             results = await asyncio.gather(first, edit)
         assert results[0]["match"] == "new"
@@ -66,9 +81,9 @@ def test_a_retried_exchange_decided_before_the_first_commits_is_a_duplicate(
                 )
                 for i in range(3)
             ]
-            await asyncio.sleep(0.05)
+            await queued(cs, 3)
             retry = asyncio.ensure_future(cs.record_exchange("conv", "q0", "a0", exchange_id="e0"))
-            await asyncio.sleep(0.05)
+            await queued(cs, 4)
             gate.set()
             results = await asyncio.gather(*calls, retry)
         assert [r["duplicate"] for r in results] == [False, False, False, True]

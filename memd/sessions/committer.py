@@ -70,10 +70,16 @@ class Committer:
         self._on_failure = on_failure
         self._executor: ThreadPoolExecutor | None = None
         self._queue: list[_Pending] = []
+        self._writing = 0  # changes in the batch being committed
         self._wake = asyncio.Event()
         self._closing = False
         self._hook_queue: asyncio.Queue[_HookMessage] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def unsaved(self) -> int:
+        """Changes queued and not yet on disk (queued, or in the batch being written)."""
+        return len(self._queue) + self._writing
 
     @property
     def running(self) -> bool:
@@ -148,11 +154,14 @@ class Committer:
                     return
                 continue
             batch, self._queue = self._queue, []
+            self._writing = len(batch)
             try:
                 await self.io(self.store.commit, [item.change for item in batch])
             except Exception as exc:
+                self._writing = 0
                 await self._fail(batch, exc)
                 continue
+            self._writing = 0
             for item in batch:
                 if item.on_commit is not None:
                     item.on_commit()

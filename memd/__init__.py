@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,26 @@ def _face_exports(package: str, init_file: str) -> dict[str, list[str]]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
+def _structlog_without_rich() -> None:
+    """Import structlog with `rich` hidden, once, before any memd module imports it.
+
+    `structlog.dev` imports rich (and pygments through it) when it is installed, only to
+    draw tracebacks in colour; memd formats exceptions itself (`format_exc_info` in
+    memd.logs) and never uses it. In a virtualenv with rich (the dev extras bring it,
+    for import-linter) that cost every memd process 4-5 MB of PSS (issue 29), and log
+    lines looked different with and without it. Afterwards `import rich` works as usual.
+    """
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # makes `import rich` fail
+    try:
+        import structlog  # noqa: F401
+    except ImportError:
+        pass  # reported where it is used
+    finally:
+        del sys.modules["rich"]
+
+
+_structlog_without_rich()

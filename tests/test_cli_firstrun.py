@@ -301,6 +301,22 @@ def test_the_daemon_imports_no_progress_bar() -> None:
     assert done.stdout.strip() == "False"
 
 
+def test_the_daemon_imports_structlog_without_rich() -> None:
+    """structlog imports rich (and pygments) where it is installed, only to colour
+    tracebacks that memd formats itself: ~4 MB of every memd process (issue 29). memd
+    hides it while structlog is imported; a later `import rich` still works."""
+    pytest.importorskip("rich")  # the dev extras have it (import-linter's)
+    probe = (
+        "import sys, memd.cli.main, memd.daemon.process, structlog.dev\n"
+        "print(sorted({'rich', 'pygments'} & set(sys.modules)), structlog.dev.rich)\n"
+        "import rich.console\n"
+        "print(rich.console.Console.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[] None", "Console"]
+
+
 def test_proxy_help_shows_the_key_action_as_optional(user: User) -> None:
     """`memd proxy` alone runs the proxy: its usage must not show an action as required."""
     done = user.memd("proxy", "--help")

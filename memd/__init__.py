@@ -91,8 +91,9 @@ def _structlog_without_rich() -> None:
     `structlog.dev` imports rich (and pygments through it) when it is installed, only to
     draw tracebacks in colour; memd formats exceptions itself (`format_exc_info` in
     memd.logs) and never uses it. In a virtualenv with rich (the dev extras bring it,
-    for import-linter) that cost every memd process 4-5 MB of PSS (issue 29), and log
-    lines looked different with and without it. Afterwards `import rich` works as usual.
+    for import-linter) that cost memd ~3 MB of PSS and the zygote ~2.4 (bench/scale.py,
+    issue 29), and log lines looked different with and without it. Afterwards
+    `import rich` works as usual.
     """
     if "structlog" in sys.modules or "rich" in sys.modules:
         return

@@ -303,7 +303,7 @@ def test_the_daemon_imports_no_progress_bar() -> None:
 
 def test_the_daemon_imports_structlog_without_rich() -> None:
     """structlog imports rich (and pygments) where it is installed, only to colour
-    tracebacks that memd formats itself: ~4 MB of every memd process (issue 29). memd
+    tracebacks that memd formats itself: ~3 MB of memd and of the zygote (issue 29). memd
     hides it while structlog is imported; a later `import rich` still works."""
     pytest.importorskip("rich")  # the dev extras have it (import-linter's)
     probe = (

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
 
 from memd.recall.lane import RecallLane
+from tests.support.faults import wait_for
 
 IDLE = 0.2
 
@@ -21,31 +20,23 @@ def lane_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("memd-recall")}
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_an_idle_lanes_threads_end_and_the_next_recall_gets_new_ones() -> None:
     before = lane_threads()
 
-    async def scenario() -> tuple[threading.Thread, threading.Thread, bool]:
+    async def scenario() -> tuple[threading.Thread, threading.Thread]:
         lane = RecallLane(idle_seconds=IDLE)
         first = await lane.submit(threading.current_thread, waiting=4)
         await asyncio.sleep(IDLE * 3)
-        ended = await asyncio.to_thread(wait_until, lambda: not first.is_alive())
+        await asyncio.to_thread(
+            wait_for, lambda: not first.is_alive(), 10.0, 0.02, "the idle lane's thread ended"
+        )
         second = await lane.submit(threading.current_thread, waiting=4)
         lane.close()
-        return first, second, ended
+        return first, second
 
-    first, second, ended = asyncio.run(scenario())
-    assert ended, "the idle lane's thread did not end"
+    first, second = asyncio.run(scenario())
     assert second is not first and second.name.startswith("memd-recall")
-    assert wait_until(lambda: lane_threads() <= before)
+    wait_for(lambda: lane_threads() <= before, 10.0, 0.02, "the lanes' threads ended")
 
 
 def test_a_lane_in_steady_use_keeps_its_threads() -> None:

@@ -583,7 +583,9 @@ async def test_failed_recompact_keeps_the_old_summary(fake, layout):
 @pytest.mark.parametrize("bound", [1, 2])
 @aio
 async def test_concurrent_compactions_stay_within_the_bound(fake, layout, bound):
-    fake.delay = 0.15
+    # The LLM holds every answer until the test lets go, so the runs overlap however slow
+    # the machine is (a fixed delay let a loaded CI host finish each call before the next).
+    fake.set_mode("hang")
     sids = [f"2026-11-30T02-41-07Z-{n:04x}" for n in range(0x20, 0x25)]
     for sid in sids:
         write_session(layout, sid, 1)
@@ -591,6 +593,13 @@ async def test_concurrent_compactions_stay_within_the_bound(fake, layout, bound)
     try:
         for sid in sids:
             await comp.submit("laptop", sid)
+        for _ in range(600):  # up to 60 s for `bound` calls to reach the LLM
+            if fake.in_flight >= bound:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # room for a call beyond the bound to show up
+        assert fake.in_flight == bound
+        fake.set_mode("ok")
         await comp.drain()
     finally:
         await comp.close()

@@ -57,7 +57,6 @@ class FakeLLM:
         self.mode = "ok"  # ok | error | hang | empty
         self.status = 500
         self.retry_after_ms: int | None = None  # sent with errors, honoured by the OpenAI SDK
-        self.delay = 0.0  # seconds before an ok/empty answer (to make overlap observable)
         self.hang_limit = 60.0  # a hung request is let go after this, or at stop()
         self.report_usage = True  # `usage` as ceil(chars / 4); False: an API that has none
         self.requests: list[LoggedRequest] = []
@@ -171,8 +170,6 @@ class FakeLLM:
                 }
             }
             return self.status, body, headers
-        if self.delay:
-            time.sleep(self.delay)
         content = "" if mode == "empty" else self.summary(req.prompt)
         tokens = (_tokens(req.prompt), _tokens(content)) if self.report_usage else None
         if anthropic:

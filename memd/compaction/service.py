@@ -25,7 +25,7 @@ from memd.compaction.files import StepHook, compacted_ids, restore_files, sweep_
 from memd.compaction.job import Outcome
 from memd.compaction.schedule import Key, Schedule, cancel
 from memd.compaction.status import client_status, compactor_status, session_rows, session_tokens
-from memd.compaction.store import Backoff, ClientRecords, S
+from memd.compaction.store import STATE_FILE, Backoff, ClientRecords, S
 from memd.compaction.usage import day_of
 from memd.config import CompactionConfig
 from memd.errors import CompactionError
@@ -72,6 +72,7 @@ class Compactor:
         self.on_compacted = on_compacted
         self._clock = clock
         self._clients: dict[str, ClientRecords] = {}
+        self._layouts: dict[str, ClientLayout] = {}  # every client added, open or not yet
         self._schedule = Schedule()
         self._sem = asyncio.Semaphore(max_concurrent)
         self._open_lock = asyncio.Lock()
@@ -121,8 +122,20 @@ class Compactor:
     def settings(self) -> llm.LLMSettings:
         return llm.LLMSettings.from_config(self.config, self.timeout)
 
+    async def add_client(self, layout: ClientLayout) -> None:
+        """Know the client; open its state now if compaction is on or it has state on disk.
+
+        A client that never compacted, while compaction is off (the default), keeps no
+        database connection and no thread: every enabled client had both, about 140 kB
+        each. Its state opens at its first request (submit, restore, recompact).
+        """
+        self._layouts[layout.client_id] = layout
+        if self.config.enabled or (layout.state_dir / STATE_FILE).exists():
+            await self.open_client(layout)
+
     async def open_client(self, layout: ClientLayout) -> None:
         """Load the client's state: finish interrupted restores, queue what was pending."""
+        self._layouts[layout.client_id] = layout
         async with self._open_lock:
             if layout.client_id not in self._clients:
                 await self._open(layout)
@@ -149,6 +162,7 @@ class Compactor:
 
     async def close_client(self, client_id: str) -> None:
         """The client was disabled or removed: stop its work (its state stays on disk)."""
+        self._layouts.pop(client_id, None)
         client = self._clients.pop(client_id, None)
         if client is None:
             return
@@ -183,7 +197,7 @@ class Compactor:
         Without `force` it waits while compaction is disabled; with it (an explicit
         request) it runs now regardless.
         """
-        client = self._client(client_id)
+        client = await self._opened(client_id)
         client.layout.session_file(session_id)  # refuses ids that are not file names
         key = (client_id, session_id)
         if self._schedule.busy(key):
@@ -214,7 +228,7 @@ class Compactor:
         transcript is in sessions/ and stays there. Returns "restored", or "missing"
         when no transcript exists any more.
         """
-        client = self._client(client_id)
+        client = await self._opened(client_id)
         client.layout.session_file(session_id)
         key = (client_id, session_id)
         if key in self._schedule.running:
@@ -232,7 +246,7 @@ class Compactor:
         compaction is disabled.
         """
         self.require_enabled()
-        client = self._client(client_id)
+        client = await self._opened(client_id)
         targets = (
             [session_id] if session_id else await asyncio.to_thread(compacted_ids, client.layout)
         )
@@ -339,7 +353,10 @@ class Compactor:
 
     # --- state ----------------------------------------------------------------------------
 
-    def _client(self, client_id: str) -> ClientRecords:
+    async def _opened(self, client_id: str) -> ClientRecords:
+        """The client's state, opened now if it was added and not opened yet."""
+        if client_id not in self._clients and client_id in self._layouts:
+            await self.open_client(self._layouts[client_id])
         client = self._clients.get(client_id)
         if client is None:
             raise KeyError(f"compaction is not open for client {client_id!r}")

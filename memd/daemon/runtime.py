@@ -170,7 +170,7 @@ class Runtime:
     async def _open(self, config: Config, client_id: str) -> ClientRuntime:
         layout = ClientLayout(config.memory_dir, client_id)
         layout.ensure()
-        await self.compactor.open_client(layout)
+        await self.compactor.add_client(layout)
         sessions = ClientSessions(
             layout,
             inactivity_minutes=config.session_inactivity_minutes,

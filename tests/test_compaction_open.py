@@ -1,0 +1,79 @@
+"""When a client's compaction state is opened: at once if compaction is on or the client has
+state on disk, else at its first request. A client that never compacted, while compaction
+is off (the default), must hold no database and no thread of compaction's."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memd.compaction import Compactor
+from memd.compaction.store import STATE_FILE, CompactionStates
+from tests.support.compaction import aio, config, write_session
+
+S = CompactionStates
+pytest_plugins = ("tests.support.compaction_fixtures",)
+
+
+def compaction_threads(client_id: str) -> list[str]:
+    prefix = f"memd-compaction-{client_id}"
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+@aio
+async def test_a_client_that_never_compacted_opens_nothing_while_compaction_is_off(fake, layout):
+    sid = "2026-11-30T02-41-07Z-0040"
+    raw = write_session(layout, sid, 1)
+    comp = await Compactor(config(fake, enabled=False)).start(schedule=False)
+    try:
+        await comp.add_client(layout)
+        assert not (layout.state_dir / STATE_FILE).exists()
+        assert compaction_threads("laptop") == []
+        assert comp.client_status("laptop") == {} and comp.sessions("laptop") == {}
+        # An explicit request opens the state it needs, then runs as on an open client.
+        assert await comp.submit("laptop", sid, force=True)
+        await comp.drain()
+        assert (layout.state_dir / STATE_FILE).exists()
+        assert comp.sessions("laptop")[sid]["state"] == S.COMPACTED
+    finally:
+        await comp.close()
+    assert layout.archive_file(sid).read_bytes() == raw
+
+
+@aio
+async def test_a_client_with_state_on_disk_opens_at_once_while_compaction_is_off(fake, layout):
+    sid = "2026-11-30T02-41-07Z-0041"
+    write_session(layout, sid, 1)
+    first = await Compactor(config(fake)).start(schedule=False)
+    try:
+        await first.add_client(layout)  # compaction on: opened at once
+        assert compaction_threads("laptop") != []
+        await first.submit("laptop", sid)
+        await first.drain()
+    finally:
+        await first.close()
+    second = await Compactor(config(fake, enabled=False)).start(schedule=False)
+    try:
+        await second.add_client(layout)
+        assert compaction_threads("laptop") != []
+        assert second.sessions("laptop")[sid]["state"] == S.COMPACTED  # status shows it
+        assert second.client_status("laptop") != {}
+        # A conversation that resumes gets its transcript back without a reopen.
+        assert await second.restore("laptop", sid) == "restored"
+    finally:
+        await second.close()
+    assert layout.session_file(sid).exists() and not layout.summary_file(sid).exists()
+
+
+@aio
+async def test_a_removed_client_is_not_opened_by_a_late_request(fake, layout):
+    comp = await Compactor(config(fake, enabled=False)).start(schedule=False)
+    try:
+        await comp.add_client(layout)
+        await comp.close_client("laptop")
+        with pytest.raises(KeyError, match="not open"):
+            await comp.submit("laptop", "2026-11-30T02-41-07Z-0042", force=True)
+        assert not (layout.state_dir / STATE_FILE).exists()
+    finally:
+        await comp.close()

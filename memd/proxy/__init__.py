@@ -17,6 +17,7 @@ from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.proxy.cli import add_parsers
-    from memd.proxy.service import ProxyServer, ProxyService
+    from memd.proxy.hook import ProxyService
+    from memd.proxy.service import ProxyServer
 else:
     __getattr__ = lazy_face(__name__, __file__)

@@ -43,7 +43,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def services() -> list[Any]:
     """What `memd run` runs beside its socket: the proxy (idle unless [proxy] is set)."""
-    from memd.proxy.service import ProxyService
+    from memd.proxy.hook import ProxyService
 
     return [ProxyService()]
 

@@ -10,12 +10,17 @@ both are front ends on memd's public socket API.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from abc import ABC, abstractmethod
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import structlog
 
 from memd.config import Config
+
+if TYPE_CHECKING:
+    from memd.proxy.service import ProxyServer
 
 log = structlog.get_logger()
 
@@ -37,6 +42,10 @@ class FrontEndHook(ABC, Generic[ServerT]):
     """Starts, reports and closes one front end's server; `apply` is the subclass's."""
 
     name: str  # its key in daemon.status and the prefix of its log events
+    # The server's module, imported (in a thread) only when the config enables the front
+    # end: aiohttp and what it brings are ~14 MB of memd's PSS (bench/scale.py, one client)
+    # that a memd with neither the proxy nor the browser need not carry.
+    server_module: str
 
     def __init__(self) -> None:
         self.config: Config | None = None
@@ -64,6 +73,7 @@ class FrontEndHook(ABC, Generic[ServerT]):
         self.error = None  # a past failure to listen says nothing about this config
         if not self._enabled(config):
             return
+        await asyncio.to_thread(importlib.import_module, self.server_module)
         server = self._server(config)
         try:
             await server.start()
@@ -91,3 +101,34 @@ class FrontEndHook(ABC, Generic[ServerT]):
         server, self.server = self.server, None
         if server is not None:
             await server.close()
+
+
+class ProxyService(FrontEndHook["ProxyServer"]):
+    """The daemon's hook: the proxy when `[proxy]` names an upstream, else nothing."""
+
+    name = "proxy"
+    server_module = "memd.proxy.service"
+
+    def _enabled(self, config: Config) -> bool:
+        return config.proxy.enabled
+
+    def _listen(self, config: Config) -> str:
+        return config.proxy.listen
+
+    def _server(self, config: Config) -> ProxyServer:
+        from memd.proxy.service import ProxyServer
+
+        return ProxyServer(lambda: self.config)  # type: ignore[arg-type,return-value]
+
+    async def apply(self, config: Config) -> None:
+        """A reload: restart for a new address or on/off; otherwise the next request sees it."""
+        old = self.config
+        self.config = config
+        if old is not None and (
+            old.proxy.listen,
+            old.proxy.enabled,
+            old.socket,
+            old.memory_dir,
+        ) == (config.proxy.listen, config.proxy.enabled, config.socket, config.memory_dir):
+            return
+        await self.restart(config)

@@ -1,10 +1,11 @@
 """The proxy's lifecycle: listen, serve, close; run inside `memd run` or on its own.
 
-Inside `memd run` the daemon holds a `ProxyService`: it starts the proxy once memd's
-socket is ready, applies config reloads (a new `listen` address means a restart, the
-rest applies to the next request), adds the proxy's counters to `daemon.status`, and
-closes it first on shutdown so pending records still reach memd. A proxy that cannot
-listen (port taken) is reported in the status; memd goes on without it.
+Inside `memd run` the daemon holds a `ProxyService` (memd.proxy.hook, which imports this
+module only when the proxy is enabled): it starts the proxy once memd's socket is ready,
+applies config reloads (a new `listen` address means a restart, the rest applies to the
+next request), adds the proxy's counters to `daemon.status`, and closes it first on
+shutdown so pending records still reach memd. A proxy that cannot listen (port taken) is
+reported in the status; memd goes on without it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from aiohttp import web
 
 from memd.config import Config, ConfigError, load_config
 from memd.fds import raise_open_files
-from memd.proxy.hook import FrontEndHook
 from memd.proxy.keys import KeyStore
 from memd.proxy.listener import HEADER_TIMEOUT, CappedListener
 from memd.proxy.recorder import Recorder, Stats
@@ -97,34 +97,6 @@ class ProxyServer:
             "max_connections": self._listener.cap if self._listener else None,
             "refused_connections": self._listener.refused if self._listener else 0,
         }
-
-
-class ProxyService(FrontEndHook[ProxyServer]):
-    """The daemon's hook: the proxy when `[proxy]` names an upstream, else nothing."""
-
-    name = "proxy"
-
-    def _enabled(self, config: Config) -> bool:
-        return config.proxy.enabled
-
-    def _listen(self, config: Config) -> str:
-        return config.proxy.listen
-
-    def _server(self, config: Config) -> ProxyServer:
-        return ProxyServer(lambda: self.config)  # type: ignore[arg-type,return-value]
-
-    async def apply(self, config: Config) -> None:
-        """A reload: restart for a new address or on/off; otherwise the next request sees it."""
-        old = self.config
-        self.config = config
-        if old is not None and (
-            old.proxy.listen,
-            old.proxy.enabled,
-            old.socket,
-            old.memory_dir,
-        ) == (config.proxy.listen, config.proxy.enabled, config.socket, config.memory_dir):
-            return
-        await self.restart(config)
 
 
 class _FileConfig:

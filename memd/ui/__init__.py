@@ -15,6 +15,7 @@ from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.ui.cli import add_parsers, services, status_line
-    from memd.ui.service import UiServer, UiService
+    from memd.ui.hook import UiService
+    from memd.ui.service import UiServer
 else:
     __getattr__ = lazy_face(__name__, __file__)

@@ -30,7 +30,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def services() -> list[Any]:
     """What `memd run` runs beside its socket: the browser (idle when [ui] is off)."""
-    from memd.ui.service import UiService
+    from memd.ui.hook import UiService
 
     return [UiService()]
 

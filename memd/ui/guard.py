@@ -14,11 +14,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-from aiohttp import web
-
-log = structlog.get_logger()
-
 
 class Guard:
     """Counts and times the connections of one listener."""
@@ -107,29 +102,3 @@ class _Guarded(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.inner is not None:
             self.inner.resume_writing()
-
-
-class GuardedSite(web.BaseSite):
-    """A TCP site whose connections go through a `Guard`."""
-
-    __slots__ = ("_guard", "_host", "_port", "bound")
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: Guard) -> None:
-        super().__init__(runner)
-        self._host, self._port, self._guard = host, port, guard
-        self.bound: tuple[str, int] | None = None
-
-    @property
-    def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
-
-    async def start(self) -> None:
-        await super().start()
-        handler = self._runner.server
-        assert handler is not None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: self._guard.protocol(handler), self._host, self._port, reuse_address=True
-        )
-        sockname = self._server.sockets[0].getsockname()
-        self.bound = (sockname[0], sockname[1])

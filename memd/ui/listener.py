@@ -65,17 +65,27 @@ class LazyBrowser:
         try:
             module = await asyncio.to_thread(importlib.import_module, "memd.ui.service")
             browser: UiServer = module.UiServer(self.config, self.bound)
-            await browser.start()
         except Exception as exc:  # nothing to serve with: say so, and stop listening
-            self.error = f"the browser could not load: {exc}"
-            log.exception("ui.load_failed")
-            await self._close_listener()
+            await self._failed(exc)
+            return
+        try:
+            await browser.start()
+        except BaseException as exc:  # a failure, or close() while it started
+            await browser.close()
+            if not isinstance(exc, Exception):
+                raise
+            await self._failed(exc)
             return
         self._browser = browser
         waiting, self._waiting = self._waiting, []
         for conn in waiting:
             conn.hand_over(browser.protocol())
         log.info("ui.loaded", url=self.url, waited=len(waiting))
+
+    async def _failed(self, exc: Exception) -> None:
+        self.error = f"the browser could not load: {exc}"
+        log.exception("ui.load_failed")
+        await self._close_listener()
 
     async def close(self) -> None:
         if self._loading is not None and not self._loading.done():

@@ -25,6 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memd.cli.client import MemdClient, RemoteError
 from tests.support.daemon import DaemonProcess, base_config, write_config
 
+# The memory browser as the default config has it: on (at a free port, so runs side by side
+# do not collide). The tests' base config turns it off; a bench that measures memd's
+# weight must carry what a user's memd carries.
+BROWSER_ON = {"ui": {"enabled": True, "listen": "127.0.0.1:0"}}
+
 
 @contextlib.contextmanager
 def running_daemon(folder: Path | None = None, **config: Any) -> Iterator[DaemonProcess]:

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from _daemon import lost_watch_events, machine, percentile, running_daemon
+from _daemon import BROWSER_ON, lost_watch_events, machine, percentile, running_daemon
 from _procs import KINDS, cpu_seconds, idle_cpu_by_kind, rss_by_kind, slope_per_minute, tree
 
 from memd.cli.client import ClientError, MemdClient, RemoteError
@@ -336,7 +336,7 @@ def main() -> None:
     figures: dict[str, Any] = {"args": vars(args) | {"json": str(args.json)}, "machine": machine()}
     t0 = time.monotonic()
     supervision = {"shared_index_server": args.shared_index}
-    with running_daemon(clients=clients, supervision=supervision) as memd:
+    with running_daemon(clients=clients, supervision=supervision, **BROWSER_ON) as memd:
         assert memd.proc is not None
         pid = memd.proc.pid
         ready = time.monotonic() - t0

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
-from _daemon import machine, running_daemon
+from _daemon import BROWSER_ON, machine, running_daemon
 from _procs import KINDS, cpu_seconds, idle_by_kind, kind_of, tree
 
 from memd.cli.client import RemoteError
@@ -217,7 +217,7 @@ def measure(
         supervision["watcher_idle_minutes"] = idle_minutes
     up = ("RUNNING", "IDLE") if idle_minutes else ("RUNNING",)
     started = time.monotonic()
-    with running_daemon(clients=clients, supervision=supervision) as memd:
+    with running_daemon(clients=clients, supervision=supervision, **BROWSER_ON) as memd:
         answered = time.monotonic() - started
         while not all_running(memd.call("daemon.status"), n, up):
             time.sleep(0.1)

@@ -5,7 +5,9 @@ socket is ready, `apply` on a config reload, `status` under its name in `daemon.
 `close` first on shutdown. A front end that cannot listen (its port is taken, say by a
 second memd) is reported in the status and logged, and memd goes on without it. The
 browser (`memd.ui`) takes this from the proxy's package as it takes the socket client:
-both are front ends on memd's public socket API.
+both are front ends on memd's public socket API. The proxy's own hook (`ProxyService`)
+is here too, away from its server, so `memd run` imports aiohttp only for a front end
+that is enabled.
 """
 
 from __future__ import annotations

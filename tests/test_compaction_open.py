@@ -16,9 +16,11 @@ S = CompactionStates
 pytest_plugins = ("tests.support.compaction_fixtures",)
 
 
-def compaction_threads(client_id: str) -> list[str]:
+def compaction_threads(client_id: str) -> set[int | None]:
+    """The client's compaction threads alive now. Tests compare before and after, since a
+    closed compactor's thread (an earlier test's) may still be ending."""
     prefix = f"memd-compaction-{client_id}"
-    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+    return {t.ident for t in threading.enumerate() if t.name.startswith(prefix)}
 
 
 @aio
@@ -27,9 +29,10 @@ async def test_a_client_that_never_compacted_opens_nothing_while_compaction_is_o
     raw = write_session(layout, sid, 1)
     comp = await Compactor(config(fake, enabled=False)).start(schedule=False)
     try:
+        before = compaction_threads("laptop")
         await comp.add_client(layout)
         assert not (layout.state_dir / STATE_FILE).exists()
-        assert compaction_threads("laptop") == []
+        assert compaction_threads("laptop") - before == set()
         assert comp.client_status("laptop") == {} and comp.sessions("laptop") == {}
         # An explicit request opens the state it needs, then runs as on an open client.
         assert await comp.submit("laptop", sid, force=True)
@@ -47,16 +50,18 @@ async def test_a_client_with_state_on_disk_opens_at_once_while_compaction_is_off
     write_session(layout, sid, 1)
     first = await Compactor(config(fake)).start(schedule=False)
     try:
+        before = compaction_threads("laptop")
         await first.add_client(layout)  # compaction on: opened at once
-        assert compaction_threads("laptop") != []
+        assert compaction_threads("laptop") - before
         await first.submit("laptop", sid)
         await first.drain()
     finally:
         await first.close()
     second = await Compactor(config(fake, enabled=False)).start(schedule=False)
     try:
+        before = compaction_threads("laptop")
         await second.add_client(layout)
-        assert compaction_threads("laptop") != []
+        assert compaction_threads("laptop") - before
         assert second.sessions("laptop")[sid]["state"] == S.COMPACTED  # status shows it
         assert second.client_status("laptop") != {}
         # A conversation that resumes gets its transcript back without a reopen.

@@ -36,9 +36,13 @@ def raw_get(netloc: str, path: str) -> socket.socket:
 
 
 def answer(conn: socket.socket) -> bytes:
+    """Everything the server sent until it closed the connection (a reset counts as closed)."""
     chunks = []
-    while chunk := conn.recv(65536):
-        chunks.append(chunk)
+    try:
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
     conn.close()
     return b"".join(chunks)
 
@@ -78,3 +82,27 @@ def test_a_login_link_works_before_anything_loaded_the_browser(
     browser = Browser(ui_status(memd)["url"].rstrip("/"))
     assert browser.login(link).status == 303
     assert browser.get("/").status == 200
+
+
+def test_connections_that_waited_for_the_browser_are_guarded_like_any(
+    config_file: Callable[..., Path], daemon_factory: Callable[..., DaemonProcess]
+) -> None:
+    memd = daemon_factory(config_file(**ui_settings(max_connections=4, header_timeout_seconds=1.0)))
+    netloc = ui_status(memd)["url"].removeprefix("http://").rstrip("/")
+    host, port = netloc.rsplit(":", 1)
+    # Before anything loaded the browser: a request naming another Host (kept alive), three
+    # connections that send nothing, and one more than the cap of four.
+    foreign = socket.create_connection((host, int(port)), timeout=30)
+    foreign.sendall(f"GET / HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n".encode())
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(3)]
+    extra = socket.create_connection((host, int(port)), timeout=30)
+    try:
+        assert answer(extra) == b""  # over the cap: closed, nothing served
+        assert answer(foreign).startswith(b"HTTP/1.1 421")  # refused, then cut when idle
+        for conn in idle:
+            assert answer(conn) == b""  # cut by the header timeout, not left open
+    finally:
+        for conn in [foreign, *idle, extra]:
+            conn.close()
+    ui = ui_status(memd)
+    assert ui["loaded"] is True and ui["refused"] >= 1 and ui["timed_out"] >= 4

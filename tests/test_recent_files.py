@@ -157,4 +157,4 @@ def test_every_clients_lane_shares_the_daemons_recent_files(tmp_path: Path) -> N
                 await c.close()
 
     a, b = asyncio.run(lanes())
-    assert a is b is runtime.recent_files
+    assert a is b is runtime.recall_caches.recent

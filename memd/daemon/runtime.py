@@ -25,7 +25,7 @@ from memd.errors import ClientDisabled, NotFound
 from memd.indexing import IndexSearcher, Pipelines
 from memd.layout import ClientLayout
 from memd.privacy import PAGE_SIZE, Selector
-from memd.recall import RecallLane, RecentFiles
+from memd.recall import RecallCaches, RecallLane
 from memd.sessions import ClientSessions, SessionInfo
 
 log = structlog.get_logger()
@@ -73,8 +73,8 @@ class Runtime:
         self.privacy = PrivacyDesk(self)
         self.edits = EditWatch()  # text a person removed from sessions/ (memd.daemon.edits)
         self._rebuilds: dict[str, asyncio.Task[None]] = {}
-        # Transcripts recall read, kept between recalls: one budget for every client.
-        self.recent_files = RecentFiles()
+        # What recall keeps between recalls: one budget for every client, let go when idle.
+        self.recall_caches = RecallCaches()
 
     async def forget(
         self, client_id: str, selector: Selector, dry_run: bool = False
@@ -192,7 +192,7 @@ class Runtime:
             layout=layout,
             sessions=sessions,
             pipelines=self.pipelines,
-            recall_lane=RecallLane(self.recent_files),
+            recall_lane=RecallLane(self.recall_caches),
         )
 
     def _restore_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
@@ -328,3 +328,4 @@ class Runtime:
                 except Exception:
                     log.exception("client.close_failed", client=client_id)
             self.clients.clear()
+        self.recall_caches.close()

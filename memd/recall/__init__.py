@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from memd import lazy_face
 
 if TYPE_CHECKING:
+    from memd.recall.caches import RecallCaches
     from memd.recall.files import RecentFiles
     from memd.recall.lane import RecallBusyError, RecallLane
     from memd.recall.output import Memory, Source, allot, clip, render

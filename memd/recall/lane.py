@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from memd.recall.files import RecentFiles
+from memd.recall.caches import RecallCaches
 
 T = TypeVar("T")
 
@@ -38,18 +38,20 @@ class RecallLane:
     """One client's own search threads: a hung index server ties up only these, never the
     threads other clients' recalls (or anything else on the loop's executor) need.
 
-    Owned by the client's runtime (memd.daemon.runtime) and closed with it. `recent` is
-    the transcripts kept between recalls: the daemon hands every lane the same one, so
-    their bytes are bounded once for memd, not once per client (an hour of bench/load.py
-    at 20 clients, one 16 MB budget per lane: memd 51 -> 271 MB PSS, still rising).
+    Owned by the client's runtime (memd.daemon.runtime) and closed with it. `caches` is
+    what recall keeps between recalls (memd.recall.caches): the daemon hands every lane
+    the same, so it is bounded once for memd, not once per client (an hour of
+    bench/load.py at 20 clients, one 16 MB budget of transcripts per lane: memd 51 -> 271
+    MB PSS, still rising), and let go when no lane has run a recall for a while.
     """
 
     def __init__(
-        self, recent: RecentFiles | None = None, idle_seconds: float = LANE_IDLE_SECONDS
+        self, caches: RecallCaches | None = None, idle_seconds: float = LANE_IDLE_SECONDS
     ) -> None:
         self.pool = _threads()
         self.busy = 0  # submitted and not finished: running or queued
-        self.recent = recent if recent is not None else RecentFiles()
+        self.caches = caches if caches is not None else RecallCaches()
+        self.recent = self.caches.recent
         self._idle_seconds = idle_seconds
         self._retire: asyncio.TimerHandle | None = None
         self._closed = False
@@ -63,6 +65,7 @@ class RecallLane:
             )
         self._cancel_retire()
         self.busy += 1
+        self.caches.started()
         future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
         future.add_done_callback(self._done)
         return future
@@ -70,6 +73,7 @@ class RecallLane:
     def _done(self, _future: asyncio.Future[Any]) -> None:
         """On the event loop (as `submit`), so `busy` and the timer need no lock."""
         self.busy -= 1
+        self.caches.ended()
         if self.busy == 0 and not self._closed:
             loop = asyncio.get_running_loop()
             self._retire = loop.call_later(self._idle_seconds, self._retire_threads)

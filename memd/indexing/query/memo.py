@@ -8,6 +8,10 @@ entry for the term sets, 1.1 KB for the dates, 21.6 MB at capacity, which a long
 `bench/load.py` reaches). Here the key is the text's 16-byte BLAKE2b digest (a
 microsecond or two to compute, and no two texts in practice share one), and the value
 is what was computed (docs/performance.md, "memd itself").
+
+Every memo is also listed here, so that `clear_all` can drop them at once when recall has
+been idle (memd.recall.caches): full, they are ~5 MB of memd that a quiet daemon does not
+need.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from hashlib import blake2b
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+_MEMOS: list[TextMemo[Any]] = []  # every memo made, for clear_all
 
 
 def digest(text: str) -> bytes:
@@ -36,6 +42,7 @@ class TextMemo(Generic[T]):
         self._items: OrderedDict[Hashable, T] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        _MEMOS.append(self)
 
     def __call__(self, text: str, *extra: Hashable) -> T:
         key: Hashable = (digest(text), *extra) if extra else digest(text)
@@ -59,3 +66,12 @@ class TextMemo(Generic[T]):
         with self._lock:
             self._items.clear()
             self.hits = self.misses = 0
+
+
+def clear_all() -> int:
+    """Empty every memo; how many entries were dropped."""
+    dropped = 0
+    for memo in _MEMOS:
+        dropped += len(memo)
+        memo.clear()
+    return dropped

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memd.indexing.query import dates, timing
 
@@ -80,3 +82,25 @@ def test_a_when_question_lifts_exchanges_that_tell_a_time() -> None:
     lifts = timing.lifts("When did Caroline go to the support group?", texts, SAID_AT)
     assert lifts.get("tells", 0.0) > lifts.get("names", 0.0)
     assert timing.lifts("What did Caroline feel at the group?", texts, SAID_AT) == {}
+
+
+# Every word the relative forms are made of, and pieces of them, joined with and without
+# spaces: whatever they make, the trigger check must not skip a text the forms match.
+_PIECES = sorted(
+    {*dates.NUMBERS, *dates._SIMPLE, *dates.WEEKDAYS, *dates.MONTHS}
+    | {"day", "week", "weekend", "month", "year", "days", "weeks", "ago", "in", "last"}
+    | {"this", "next", "past", "on", "the", "other", "before", "12", "3", "we", "went"}
+    | {"to", "da", "y", "wee", "k", "mon", "th", "ye", "ar", "nig", "ht", "sat", "ur"}
+)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), st.sampled_from([" ", "", ", "]))))
+def test_texts_the_trigger_check_skips_say_no_relative_date(
+    pieces: list[tuple[str, str]],
+) -> None:
+    """`_said` skips the regex passes for a text without a trigger word
+    (`dates._TRIGGERS`); it must find exactly what the passes find, on any text."""
+    text = "".join(word + sep for word, sep in pieces)
+    today = SAID_AT.date()
+    assert dates._said(text, today) == dates._said_everywhere(text, today)

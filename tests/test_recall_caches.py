@@ -1,10 +1,11 @@
-"""What recall keeps between recalls is let go once no client has recalled for a while.
+"""Recall's memos are let go once no client has recalled for a while.
 
 After five minutes of bench/load.py at 20 clients memd stayed at 60-64 MB PSS, 34 idle
 before it: recall's memos (each candidate's terms, the dates it says, its parsed
-heading) and the transcripts' newline offsets stayed full for good (issue 29). They are
-dropped when every client's lane has been idle for the spell, never while a recall of
-any client runs, and a recall after the release finds what it needs again.
+heading) stayed full for good (issue 29). They are dropped when every client's lane has
+been idle for the spell, never while a recall of any client runs, and a recall after the
+release computes the same again. The transcripts' newline offsets are kept: reading a
+long transcript through again cost a recall 31 ms.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _transcript(tmp_path: Path) -> Path:
     return path
 
 
-def test_an_idle_daemon_lets_go_of_what_recall_kept(tmp_path: Path) -> None:
+def test_an_idle_daemon_lets_go_of_recalls_memos_and_keeps_the_offsets(tmp_path: Path) -> None:
     transcript = _transcript(tmp_path)
 
     async def scenario() -> tuple[dict[str, int], dict[str, int], float, float]:
@@ -71,7 +72,7 @@ def test_an_idle_daemon_lets_go_of_what_recall_kept(tmp_path: Path) -> None:
 
     full, emptied, first, again = asyncio.run(scenario())
     assert full["memo entries"] >= 2 and full["headings"] >= 1 and full["offsets"] == 1
-    assert emptied == {"memo entries": 0, "headings": 0, "offsets": 0}
+    assert emptied == {"memo entries": 0, "headings": 0, "offsets": 1}
     assert first == again == 1.0  # the next recall computes the same from scratch
 
 
@@ -105,7 +106,7 @@ def test_nothing_is_let_go_while_any_clients_recall_runs(tmp_path: Path) -> None
 
     while_running, right_after, after_idle = asyncio.run(scenario())
     assert (while_running, right_after, after_idle) == (0, 0, 1)
-    assert _kept(caches, transcript) == {"memo entries": 0, "headings": 0, "offsets": 0}
+    assert _kept(caches, transcript) == {"memo entries": 0, "headings": 0, "offsets": 1}
 
 
 def test_recalls_closer_than_the_spell_keep_everything(tmp_path: Path) -> None:

@@ -148,11 +148,6 @@ class RecentFiles:
             while len(self._files) > RECENT_FILES or self.held() > RECENT_BYTES:
                 self._files.popitem(last=False)
 
-    def clear(self) -> None:
-        """Keep nothing: every file is scanned afresh when next read."""
-        with self._lock:
-            self._files.clear()
-
     def held(self) -> int:
         """Bytes of newline offsets kept."""
         return sum(s.ends.itemsize * len(s.ends) for s in self._files.values())

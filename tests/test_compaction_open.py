@@ -16,11 +16,13 @@ S = CompactionStates
 pytest_plugins = ("tests.support.compaction_fixtures",)
 
 
-def compaction_threads(client_id: str) -> set[int | None]:
+def compaction_threads(client_id: str) -> set[threading.Thread]:
     """The client's compaction threads alive now. Tests compare before and after, since a
-    closed compactor's thread (an earlier test's) may still be ending."""
+    closed compactor's thread (an earlier test's) may still be ending. The Thread objects,
+    not their idents: a thread that ends frees its ident, and the next one may get it (a
+    new thread then looked like the old one: a flaky failure in the suite)."""
     prefix = f"memd-compaction-{client_id}"
-    return {t.ident for t in threading.enumerate() if t.name.startswith(prefix)}
+    return {t for t in threading.enumerate() if t.name.startswith(prefix)}
 
 
 @aio

@@ -73,7 +73,7 @@ class Runtime:
         self.privacy = PrivacyDesk(self)
         self.edits = EditWatch()  # text a person removed from sessions/ (memd.daemon.edits)
         self._rebuilds: dict[str, asyncio.Task[None]] = {}
-        # What recall keeps between recalls: one budget for every client, let go when idle.
+        # What recall keeps between recalls: one budget for every client, memos let go when idle.
         self.recall_caches = RecallCaches()
 
     async def forget(

@@ -42,7 +42,7 @@ class RecallLane:
     what recall keeps between recalls (memd.recall.caches): the daemon hands every lane
     the same, so it is bounded once for memd, not once per client (an hour of
     bench/load.py at 20 clients, one 16 MB budget of transcripts per lane: memd 51 -> 271
-    MB PSS, still rising), and let go when no lane has run a recall for a while.
+    MB PSS, still rising); its memos are let go when no lane has run a recall for a while.
     """
 
     def __init__(

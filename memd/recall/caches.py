@@ -39,6 +39,7 @@ class RecallCaches:
         self.releases = 0  # how many times the memos were let go (tests)
         self._idle_seconds = idle_seconds
         self._release: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def started(self) -> None:
         """A recall starts: whatever was to be dropped is kept."""
@@ -50,7 +51,7 @@ class RecallCaches:
     def ended(self) -> None:
         """A recall ended; the last one running starts the idle spell."""
         self.running -= 1
-        if self.running == 0 and self._release is None:
+        if self.running == 0 and self._release is None and not self._closed:
             loop = asyncio.get_running_loop()
             self._release = loop.call_later(self._idle_seconds, self.release)
 
@@ -65,6 +66,8 @@ class RecallCaches:
         self.releases += 1
 
     def close(self) -> None:
+        """No release from now on (a recall that ends later arms no timer)."""
+        self._closed = True
         if self._release is not None:
             self._release.cancel()
             self._release = None

@@ -50,6 +50,7 @@ class RecallLane:
     ) -> None:
         self.pool = _threads()
         self.busy = 0  # submitted and not finished: running or queued
+        self._own_caches = caches is None  # a lane of its own (one recall, a tool): closed with it
         self.caches = caches if caches is not None else RecallCaches()
         self.recent = self.caches.recent
         self._idle_seconds = idle_seconds
@@ -97,6 +98,8 @@ class RecallLane:
         self._closed = True
         self._cancel_retire()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_caches:  # else the daemon's, which outlive every lane
+            self.caches.close()
 
 
 def _threads() -> ThreadPoolExecutor:

@@ -8,6 +8,7 @@ store reads back; `StateReader` answers point lookups of what memory no longer h
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,14 @@ class StateReader:
 
     Its own read-only connection: in WAL mode it sees every committed transaction and never
     blocks the IO thread's writer. One lookup is an index probe (tens of microseconds).
+
+    Every lookup goes through one cursor: `Connection.execute` makes a cursor per call, and
+    Python 3.11's sqlite3 keeps a weak reference to each in a list it prunes only every 200
+    cursors. Under bench/load.py those dead references, ~1,900 of them across the clients'
+    connections, were the most common object left in the pymalloc arenas a load had grown,
+    each keeping its arena from going back to the system (issue 29, docs/performance.md,
+    "memd after load, round 6"). Each lookup reads its rows to the end, so the statement is
+    reset and no read transaction stays open to hold the WAL back.
     """
 
     def __init__(self, path: Path) -> None:
@@ -116,23 +125,27 @@ class StateReader:
             f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
         )
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        self._cursor = self._db.cursor()
+        self._lock = threading.Lock()  # one cursor: one lookup at a time
+
+    def _first(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        with self._lock:
+            rows = self._cursor.execute(sql, args).fetchall()
+        return tuple(rows[0]) if rows else None
 
     def node(self, h: bytes) -> tuple[int, int] | None:
-        row = self._db.execute("SELECT conv, exchange FROM nodes WHERE hash = ?", (h,)).fetchone()
+        row = self._first("SELECT conv, exchange FROM nodes WHERE hash = ?", (h,))
         return (row[0], row[1]) if row else None
 
     def has_children(self, h: bytes) -> bool:
-        return (
-            self._db.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (h,)).fetchone()
-            is not None
-        )
+        return self._first("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (h,)) is not None
 
     def exchange_key(self, conv: int, exchange_id: str) -> tuple[bytes, str, int] | None:
-        row = self._db.execute(
+        row = self._first(
             "SELECT digest, session_id, number FROM exchange_keys "
             "WHERE conv = ? AND exchange_id = ?",
             (conv, exchange_id),
-        ).fetchone()
+        )
         return (row[0], row[1], row[2]) if row else None
 
     def close(self) -> None:

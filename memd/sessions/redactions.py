@@ -27,7 +27,7 @@ def load(db: sqlite3.Connection) -> dict[str, int]:
     return dict(db.execute("SELECT kind, count FROM redactions").fetchall())
 
 
-def add(db: sqlite3.Connection, batch: Sequence[_Counted]) -> None:
+def add(db: sqlite3.Cursor, batch: Sequence[_Counted]) -> None:
     """Within the batch's transaction: its counts added to the table."""
     rows = [(kind, n) for change in batch for kind, n in change.redacted.items() if n]
     if rows:

@@ -88,6 +88,7 @@ class StateStore:
     def __init__(self, layout: ClientLayout) -> None:
         self.layout = layout
         self.db: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None  # the one every commit goes through
         self.reader: StateReader | None = None
         self.files: dict[str, transcript.AppendFile] = {}
         self.titles = Titles(())
@@ -126,6 +127,9 @@ class StateStore:
             truncate_wal(db, what=str(path))  # the plain hashes' pages
         self.redacted = redactions.load(db)
         self.db = db
+        # Every commit through one cursor: a cursor per statement leaves a weak reference
+        # behind in the connection until sqlite3 prunes them (every 200; StateReader).
+        self._cursor = db.cursor()
         loaded = self._load()
         self._recover(loaded, fresh)
         self.titles = Titles(loaded.convs)  # every file is read again before its next write
@@ -273,31 +277,31 @@ class StateStore:
         sizes: list[tuple[int, bytes | None, str]],
         retitled: Sequence[tuple[str, int]] = (),
     ) -> None:
-        assert self.db is not None
-        db = self.db
-        db.execute("BEGIN")
+        assert self.db is not None and self._cursor is not None
+        db, cur = self.db, self._cursor
+        cur.execute("BEGIN")
         try:
             for change in batch:
-                db.executemany(_UPSERT_SESSION, change.session_rows)
-                db.executemany(
+                cur.executemany(_UPSERT_SESSION, change.session_rows)
+                cur.executemany(
                     f"INSERT OR REPLACE INTO conversations ({_CONV_COLUMNS})"
                     " VALUES (?,?,?,?,?,?,?,?)",
                     change.conv_rows,
                 )
-                db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
+                cur.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?)", change.nodes)
                 # plain INSERT: a key is written once; a second one would be a bug
-                db.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
-            db.executemany("UPDATE conversations SET title = ? WHERE conv = ?", retitled)
-            redactions.add(db, batch)
+                cur.executemany("INSERT INTO exchange_keys VALUES (?,?,?,?,?)", change.keys)
+            cur.executemany("UPDATE conversations SET title = ? WHERE conv = ?", retitled)
+            redactions.add(cur, batch)
             # in order: a reopened file's measured size first, then what was appended to it
-            db.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
-            db.execute("COMMIT")
+            cur.executemany("UPDATE sessions SET size = ?, tail = ? WHERE session_id = ?", sizes)
+            cur.execute("COMMIT")
         except BaseException:
             # sqlite ends the transaction itself on some errors (SQLITE_FULL, IOERR); a
             # ROLLBACK then fails with "no transaction is active" and would hide them.
             if db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
+                    cur.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
@@ -309,7 +313,7 @@ class StateStore:
             self.reader = None
         if self.db is not None:
             self.db.close()
-            self.db = None
+            self.db, self._cursor = None, None
 
 
 def _migrate(db: sqlite3.Connection) -> None:

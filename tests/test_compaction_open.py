@@ -4,12 +4,18 @@ is off (the default), must hold no database and no thread of compaction's."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
 from memd.compaction import Compactor
 from memd.compaction.store import STATE_FILE, CompactionStates
+from memd.config import parse_config
+from memd.daemon.runtime import Runtime
+from memd.errors import ClientDisabled
+from memd.layout import ClientLayout
 from tests.support.compaction import aio, config, write_session
 
 S = CompactionStates
@@ -84,3 +90,39 @@ async def test_a_removed_client_is_not_opened_by_a_late_request(fake, layout):
         assert not (layout.state_dir / STATE_FILE).exists()
     finally:
         await comp.close()
+
+
+def test_a_record_inside_a_removed_client_does_not_add_it_back_to_compaction(
+    tmp_path: Path,
+) -> None:
+    """The config removes a client while one of its records is reopening a session: the
+    runtime's restore hook refuses it, and compaction stays closed for the client."""
+    config = parse_config(
+        {
+            "memory_dir": str(tmp_path),
+            "socket": str(tmp_path / "memd.sock"),
+            "clients": {"a": {"memory_enabled": True, "mode": "both"}},
+        }
+    )
+    runtime = Runtime(config)
+    sid = "2026-11-30T02-41-07Z-0043"
+
+    async def scenario() -> None:
+        client = runtime.clients["a"] = await runtime._open(config, "a")
+        hook = client.sessions.on_restore[0]
+        try:
+            # what Runtime.apply does for a removed client, before its sessions close
+            runtime.clients.pop("a")
+            await runtime.compactor.close_client("a")
+            info = {"client_id": "a", "session_id": sid}
+            with pytest.raises(ClientDisabled, match="turned off"):
+                await hook(info)
+            with pytest.raises(KeyError, match="not open"):
+                await runtime.compactor.submit("a", sid, force=True)
+            assert runtime.compactor.client_status("a") == {}
+        finally:
+            await client.close()
+            await runtime.compactor.close()
+
+    asyncio.run(scenario())
+    assert not (ClientLayout(tmp_path, "a").state_dir / STATE_FILE).exists()

@@ -196,10 +196,22 @@ class Runtime:
         )
 
     def _restore_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
-        """A resumed conversation needs its raw transcript back in sessions/ first."""
+        """A resumed conversation needs its raw transcript back in sessions/ first.
+
+        The compactor opens the client's state itself if it has not yet (a client added
+        while compaction was off). A record that was already inside a client's sessions
+        when the config removed the client is refused: opening the compactor's state for
+        it here would add the removed client back to compaction, which would then keep a
+        database and a thread for it, and could compact its sessions after all."""
 
         async def restore(info: SessionInfo) -> None:
-            await self.compactor.open_client(layout)
+            current = self.clients.get(layout.client_id)
+            if current is None or current.layout is not layout:
+                raise ClientDisabled(
+                    f"memory for client {layout.client_id!r} was turned off while "
+                    f"session {info['session_id']} was being reopened",
+                    data={"client_id": layout.client_id},
+                )
             await self.compactor.restore(info["client_id"], info["session_id"])
 
         return restore

@@ -113,11 +113,11 @@ class StateReader:
 
     Every lookup goes through one cursor: `Connection.execute` makes a cursor per call, and
     Python 3.11's sqlite3 keeps a weak reference to each in a list it prunes only every 200
-    cursors. Under bench/load.py those dead references, ~1,900 of them across the clients'
-    connections, were the most common object left in the pymalloc arenas a load had grown,
-    each keeping its arena from going back to the system (issue 29, docs/performance.md,
-    "memd after load, round 6"). Each lookup reads its rows to the end, so the statement is
-    reset and no read transaction stays open to hold the WAL back.
+    cursors. After bench/load.py those dead references, ~1,900 across the clients'
+    connections, were the most common object in the pymalloc arenas the load had grown
+    (issue 29, docs/performance.md, "memd after load, round 6"; other objects keep those
+    arenas too, so memd's size did not change). Each lookup reads its rows to the end, so
+    the statement is reset and no read transaction stays open to hold the WAL back.
     """
 
     def __init__(self, path: Path) -> None:

@@ -126,3 +126,25 @@ def test_a_record_inside_a_removed_client_does_not_add_it_back_to_compaction(
 
     asyncio.run(scenario())
     assert not (ClientLayout(tmp_path, "a").state_dir / STATE_FILE).exists()
+
+
+@aio
+async def test_a_session_that_ends_after_its_client_was_removed_is_not_compacted(fake, layout):
+    """The end hook of a removed client (queued hooks run while its sessions close) leaves
+    the session to the LLM-less side: nothing opened, nothing sent, the transcript kept."""
+    sid = "2026-11-30T02-41-07Z-0044"
+    raw = write_session(layout, sid, 1)
+    comp = await Compactor(config(fake)).start(schedule=False)
+    try:
+        await comp.add_client(layout)
+        on_end = comp.on_end_hook(layout)
+        await comp.close_client("laptop")
+        await on_end({"client_id": "laptop", "session_id": sid})
+        await comp.drain()
+        assert comp.client_status("laptop") == {} and comp.sessions("laptop") == {}
+        with pytest.raises(KeyError, match="not open"):
+            await comp.submit("laptop", sid, force=True)
+    finally:
+        await comp.close()
+    assert fake.requests == []
+    assert layout.session_file(sid).read_bytes() == raw and not layout.archive_file(sid).exists()

@@ -180,12 +180,24 @@ class Compactor:
         return client.guard.lock if client is not None else threading.Lock()
 
     def on_end_hook(self, layout: ClientLayout) -> Callable[[SessionInfo], Awaitable[None]]:
-        """For ClientSessions(on_end=[...]): compact the session that ended, if enabled."""
+        """For ClientSessions(on_end=[...]): compact the session that ended, if enabled.
+
+        Not for a client removed meanwhile (`close_client`): a session that ends while its
+        client's sessions close (their queued hooks run then) would otherwise open the
+        client's compaction again and send a client the user turned off to the LLM. Its
+        session stays ended on disk, and is queued when the client is enabled again."""
 
         async def on_end(info: SessionInfo) -> None:
-            if self.config.enabled:
-                await self.open_client(layout)
-                await self.submit(layout.client_id, info["session_id"])
+            if not self.config.enabled:
+                return
+            if layout.client_id not in self._layouts:
+                log.info(
+                    "compaction.not_queued_client_removed",
+                    client=layout.client_id,
+                    session=info["session_id"],
+                )
+                return
+            await self.submit(layout.client_id, info["session_id"])
 
         return on_end
 

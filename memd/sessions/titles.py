@@ -43,14 +43,16 @@ class Titles:
 
     def __init__(self, convs: Iterable[Any]) -> None:
         self._title: dict[int, str | None] = {}
-        self._at: dict[tuple[str | None, int], int] = {}
+        # session id -> conversation number -> key: `check` looks at one session's
+        # conversations, not at every conversation the client ever had
+        self._at: dict[str | None, dict[int, int]] = {}
         for conv in convs:
             self._learn(conv.row())
         self._seen: dict[str, Stamp | None] = {}
 
     def _learn(self, row: tuple[Any, ...]) -> None:
         key, session_id, number = row[0], row[3], row[4]
-        self._at[(session_id, number)] = key
+        self._at.setdefault(session_id, {})[number] = key
         self._title.setdefault(key, row[_TITLE])
 
     def forget_file(self, session_id: str) -> None:
@@ -67,9 +69,7 @@ class Titles:
             text = ""
         found = first_user_titles(text)
         changed: dict[int, str] = {}
-        for (sid, number), key in self._at.items():
-            if sid != session_id:
-                continue
+        for number, key in self._at.get(session_id, {}).items():
             title = found.get(number, "")
             old = self._title.get(key)
             if old is not None and conversation_title(old) != title:
@@ -96,7 +96,7 @@ class Titles:
             key = row[0]
             held = self._title.get(key)
             current = row[_TITLE] if held is None else held
-            self._at[(row[3], row[4])] = key
+            self._at.setdefault(row[3], {})[row[4]] = key
             self._title[key] = current
             if current != row[_TITLE]:
                 if data is not None and len(conv_rows) == 1:

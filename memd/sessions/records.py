@@ -131,7 +131,7 @@ class StateReader:
     def _first(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         with self._lock:
             rows = self._cursor.execute(sql, args).fetchall()
-        return tuple(rows[0]) if rows else None
+        return rows[0] if rows else None  # a row is a tuple already
 
     def node(self, h: bytes) -> tuple[int, int] | None:
         row = self._first("SELECT conv, exchange FROM nodes WHERE hash = ?", (h,))

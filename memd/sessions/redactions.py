@@ -27,11 +27,11 @@ def load(db: sqlite3.Connection) -> dict[str, int]:
     return dict(db.execute("SELECT kind, count FROM redactions").fetchall())
 
 
-def add(db: sqlite3.Cursor, batch: Sequence[_Counted]) -> None:
-    """Within the batch's transaction: its counts added to the table."""
+def add(cur: sqlite3.Cursor, batch: Sequence[_Counted]) -> None:
+    """Within the batch's transaction (on the store's one cursor): its counts added."""
     rows = [(kind, n) for change in batch for kind, n in change.redacted.items() if n]
     if rows:
-        db.executemany(_ADD, rows)
+        cur.executemany(_ADD, rows)
 
 
 def added(before: Mapping[str, int], batch: Sequence[_Counted]) -> dict[str, int]:

@@ -19,7 +19,7 @@ recall@1/@5/@10 of the evidence exchange (found when a returned section holds it
 
 - hybrid: `memory.recall`, exactly what memd serves (dense + BM25, RRF);
 - BM25 alone and dense alone: the same index, one pymilvus request on the client's index
-  socket, with memd's own expand/dedupe/label code (`memd.recall.service.collect`, `render`).
+  socket, with memd's own expand/dedupe/label code (`memd.recall.expand.collect`, `render`).
 
 With variants (the default) it also copies the transcripts, rewritten in other layouts,
 into extra clients and measures them the same way (see `VARIANTS`).

@@ -8,16 +8,11 @@ from memd import lazy_face
 
 if TYPE_CHECKING:
     from memd.recall.caches import RecallCaches
+    from memd.recall.expand import collect, contained_path
     from memd.recall.files import RecentFiles
     from memd.recall.lane import RecallBusyError, RecallLane
     from memd.recall.output import Memory, Source, allot, clip, render
-    from memd.recall.service import (
-        OVERFETCH,
-        RecallTimeoutError,
-        collect,
-        contained_path,
-        recall,
-    )
+    from memd.recall.service import OVERFETCH, RecallTimeoutError, recall
     from memd.recall.tool import (
         MAX_QUERY_CHARS,
         NO_RESULTS,

@@ -24,6 +24,11 @@ from memd.sessions.store import Change, StateStore
 
 log = structlog.get_logger()
 
+# Seconds without a commit after which the client's sqlite connections give their page
+# caches back (StateStore.shrink): up to 2 x CACHE_KIB a client, filled by a burst of
+# records and of no use to a client at rest.
+SHRINK_AFTER = 60.0
+
 
 @dataclass
 class _Pending:
@@ -55,6 +60,8 @@ class Committer:
     `hooks(kind)` names the hooks for an event kind at the time it runs (the lists may
     change while the daemon runs). After a failed commit every decided change fails
     with StorageError and `on_failure` rebuilds the caller's memory from the state.
+    Once no commit has come for `SHRINK_AFTER` seconds, the store gives its sqlite page
+    caches back (issue 29: ~3 MB of memd 150 s after five minutes of bench/load.py).
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class Committer:
         on_failure: Callable[[Exception], Awaitable[None]],
     ) -> None:
         self.store = store
+        self._shrink_after = SHRINK_AFTER
         self.client_id = client_id
         self._hooks = hooks
         self._on_failure = on_failure
@@ -146,8 +154,12 @@ class Committer:
         return _settled(item)
 
     async def _writer(self) -> None:
+        rested = True  # nothing committed since the caches were last given back
         while True:
-            await self._wake.wait()
+            if not await self._woken(None if rested else self._shrink_after):
+                await self.io(self.store.shrink)
+                rested = True
+                continue
             self._wake.clear()
             if not self._queue:
                 if self._closing:
@@ -162,6 +174,7 @@ class Committer:
                 await self._fail(batch, exc)
                 continue
             self._writing = 0
+            rested = False
             for item in batch:
                 if item.on_commit is not None:
                     item.on_commit()
@@ -172,6 +185,14 @@ class Committer:
                 _resolve(item.future)
             if self._queue or self._closing:
                 self._wake.set()
+
+    async def _woken(self, timeout: float | None) -> bool:
+        """Whether `_wake` was set within `timeout` (None: however long it takes)."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def _fail(self, batch: list[_Pending], exc: Exception) -> None:
         """A failed write: fail every decided change, then let the owner reload the state."""

@@ -148,5 +148,10 @@ class StateReader:
         )
         return (row[0], row[1], row[2]) if row else None
 
+    def shrink(self) -> None:
+        """Give back the connection's page cache (StateStore.shrink)."""
+        with self._lock:
+            self._cursor.execute("PRAGMA shrink_memory").fetchall()
+
     def close(self) -> None:
         self._db.close()

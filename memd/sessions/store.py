@@ -304,6 +304,18 @@ class StateStore:
                     cur.execute("ROLLBACK")
             raise
 
+    def shrink(self) -> None:
+        """Give back the page caches of both connections (the client is at rest): the
+        next commit or lookup reads what it needs again, from the OS's file cache. A
+        failure costs only the memory: it is logged, and recording goes on."""
+        try:
+            if self._cursor is not None:
+                self._cursor.execute("PRAGMA shrink_memory").fetchall()
+            if self.reader is not None:
+                self.reader.shrink()
+        except sqlite3.Error as exc:
+            log.warning("sessions.shrink_failed", client=self.layout.client_id, error=str(exc))
+
     def close(self) -> None:
         for f in self.files.values():
             f.close()

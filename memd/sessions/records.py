@@ -150,8 +150,7 @@ class StateReader:
 
     def shrink(self) -> None:
         """Give back the connection's page cache (StateStore.shrink)."""
-        with self._lock:
-            self._cursor.execute("PRAGMA shrink_memory").fetchall()
+        self._first("PRAGMA shrink_memory", ())
 
     def close(self) -> None:
         self._db.close()
